@@ -1,0 +1,26 @@
+PY ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m mmspec.cli demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info

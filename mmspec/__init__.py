@@ -1,0 +1,19 @@
+"""mmspec: speculative decoding for multimodal generation.
+
+One propose -> score -> verify -> commit loop; drafters and verifiers are pluggable registries.
+"""
+
+from .config import SpecConfig
+from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter
+from .engine import SpeculativeEngine
+from .modalities.vlm import VLMSpeculator
+from .sampling import SamplingParams
+from .types import GenerationOutput, Proposal, SpecStats, TargetScores, Verdict
+from .verifiers import VERIFIERS, Verifier, make_verifier
+
+__version__ = "0.1.0"
+__all__ = [
+    "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "ModelDrafter", "NgramDrafter", "Proposal",
+    "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
+    "Verdict", "Verifier", "make_verifier",
+]  # fmt: skip

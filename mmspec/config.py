@@ -1,0 +1,54 @@
+"""SpecConfig: every knob of a speculative generation, validated on construction with clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sampling import SamplingParams
+from .tree import TreeSpec
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    num_draft_tokens: int = 4  # K: draft length (the starting length for adaptive policies)
+    verifier: str | None = None  # registered verifier name; None = "greedy" or "speculative" by temperature
+    verifier_params: dict[str, Any] = field(default_factory=dict)
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 32
+    draft_length_policy: str = "constant"  # see mmspec.draft_length.POLICIES
+    draft_length_params: dict[str, Any] = field(default_factory=dict)
+    max_draft_tokens: int = 16  # cap for adaptive policies
+    tree: tuple[int, ...] | None = None  # token tree: children per depth, e.g. (3, 2, 1); None = a chain
+    eos_token_id: int | list[int] | None = None
+    seed: int | None = None
+
+    def __post_init__(self):
+        k = self.num_draft_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"num_draft_tokens: expected an int >= 1, got {k!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected an int >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.max_draft_tokens, int) or self.max_draft_tokens < k:
+            raise ValueError(f"max_draft_tokens: expected an int >= num_draft_tokens ({k}), got {self.max_draft_tokens!r}")
+        self.sampling  # validates temperature / top_k / top_p
+        if self.tree is not None:
+            TreeSpec(tuple(self.tree))  # validates the shape
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def verifier_name(self) -> str:
+        if self.verifier is not None:
+            return self.verifier
+        return "greedy" if self.sampling.greedy else "speculative"
+
+    @property
+    def eos_ids(self) -> list[int]:
+        if self.eos_token_id is None:
+            return []
+        return [self.eos_token_id] if isinstance(self.eos_token_id, int) else list(self.eos_token_id)

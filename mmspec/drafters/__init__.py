@@ -1,0 +1,8 @@
+"""Draft sources, registered by name in DRAFTERS."""
+
+from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
+from .early_exit import EarlyExitDrafter
+from .model import ModelDrafter
+from .ngram import NgramDrafter
+
+__all__ = ["DRAFTERS", "DraftRequest", "DraftSession", "Drafter", "EarlyExitDrafter", "ModelDrafter", "NgramDrafter"]

@@ -1,0 +1,114 @@
+"""Draft with a smaller Hugging Face model: an independent LM, a text-only LM for a VLM target, or a small VLM."""
+
+from __future__ import annotations
+
+import torch
+
+from ..runner import ModelRunner, logits_width
+from ..sampling import process_logits, sample
+from ..tree import TreeSpec
+from ..types import Proposal
+from .base import DRAFTERS, DraftRequest, DraftSession, Drafter, strip_placeholders
+
+
+class ModelDraftSession(DraftSession):
+    def __init__(self, model, request: DraftRequest, text_only: bool):
+        self.runner = ModelRunner(model, request.vocab_size)
+        self.sampling = request.sampling
+        self.need_probs = request.need_probs
+        ids, mask, kwargs = request.input_ids, request.attention_mask, request.model_kwargs
+        if text_only:  # SPD-MLLM: the drafter never sees image tokens
+            ids, mask = strip_placeholders(ids, mask, request.placeholder_ids, request.pad_token_id)
+            kwargs = {}
+        self.runner.prefill(ids.to(self.runner.device), mask.to(self.runner.device), **kwargs)
+        self.carry = ids.new_zeros((ids.shape[0], 0))  # [B, c] committed tokens not yet fed to the drafter
+        self._feed = self.carry  # [B, c+1] what this round fed before drafting
+        self._k = 0
+
+    @property
+    def forwards(self) -> int:
+        return self.runner.forwards
+
+    def propose(self, pending, k, generator=None, stop_below=None) -> Proposal:
+        feed = torch.cat([self.carry, pending[:, None]], dim=1)  # [B, c+1]
+        self._feed, tokens, probs = feed, [], []
+        if k == 0:
+            self._k = 0
+            return Proposal(tokens=pending.new_zeros((pending.shape[0], 0)))
+        for i in range(k):
+            logits = self.runner.extend(feed)[:, -1]  # [B, V]
+            if self.sampling.greedy:
+                x = logits.argmax(-1)
+                top = torch.softmax(logits.float(), -1).amax(-1) if stop_below is not None else None
+            else:
+                q = process_logits(logits, self.sampling)  # [B, V]
+                x = sample(q, generator)
+                top = q.amax(-1)
+                if self.need_probs:
+                    probs.append(q)
+            tokens.append(x)
+            feed = x[:, None]
+            if i + 1 < k and stop_below is not None and bool((top < stop_below).all()):
+                break
+        self._k = len(tokens)
+        return Proposal(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
+
+    def propose_tree(self, pending, tree: TreeSpec, generator=None) -> Proposal:
+        """Expand ``tree`` level by level: each node's children are the top-b tokens of the drafter's distribution
+        there (distinct, deterministic: verified with one-hot q). One drafter forward per level but the last."""
+        feed = torch.cat([self.carry, pending[:, None]], dim=1)  # [B, c+1]
+        self._feed, self._k = feed, tree.depth
+        logits = self.runner.extend(feed)[:, -1:]  # [B, 1, V] at x_t
+        base, parents = feed.shape[1], tree.parents
+        tokens = []
+        for depth, level in enumerate(tree.levels):
+            width = tree.branching[depth]
+            scores = logits if self.sampling.greedy else process_logits(logits, self.sampling)
+            children = torch.topk(scores, width, dim=-1).indices.flatten(1)  # [B, nodes at this depth]
+            tokens.append(children)
+            if depth + 1 < tree.depth:
+                block_parents = [base + parents[i] if parents[i] >= 0 else base - 1 for i in level]
+                logits = self.runner.extend(children, parents=block_parents)  # [B, nodes, V]
+        return Proposal(tokens=torch.cat(tokens, 1), probs=None, parents=parents)
+
+    def accept(self, num_accepted, emitted, path=None) -> None:
+        if self._k == 0:  # nothing was fed this round: carry and the old pending token are still owed
+            self.carry = self._feed
+            self.runner.commit(0)
+            return
+        fed_drafts = min(num_accepted, self._k - 1)  # d_1..d_{k-1} were fed; d_k never was
+        if path is None:
+            self.runner.commit(self._feed.shape[1] + fed_drafts)
+        else:  # tree: keep the fed context and the fed nodes of the accepted path
+            width = self._feed.shape[1]
+            ctx = torch.arange(width, device=path.device).expand(path.shape[0], width)
+            self.runner.commit(torch.cat([ctx, width + path[:, :fed_drafts]], dim=1))
+        self.carry = emitted[:, self._k - 1 : self._k] if num_accepted == self._k else emitted[:, :0]
+
+
+@DRAFTERS.register("model")
+class ModelDrafter(Drafter):
+    """An independent drafter model sharing the target's vocabulary.
+
+    ``text_only=True`` feeds it the prompt with image-placeholder spans removed and no pixels (SPD-MLLM); use it
+    for a text LM drafting for a VLM. A small VLM drafter gets the same processed inputs as the target.
+    """
+
+    def __init__(self, model, text_only: bool = False):
+        self.model = model.eval()
+        self.text_only = text_only
+        self.name = "text-only" if text_only else "model"
+
+    def check_compatible(self, target, vocab_size: int) -> None:
+        width = logits_width(self.model)
+        if width < vocab_size:
+            raise ValueError(
+                f"drafter: vocabulary mismatch — the drafter's logits are {width} wide but the target's vocabulary "
+                f"has {vocab_size} tokens; drafter and target must share one tokenizer"
+            )
+        t_dev, d_dev = next(target.parameters()).device, next(self.model.parameters()).device
+        if t_dev != d_dev:
+            raise ValueError(f"drafter: expected the drafter on the target's device {t_dev}, got {d_dev}")
+
+    def start(self, request: DraftRequest) -> DraftSession:
+        return ModelDraftSession(self.model, request, self.text_only)

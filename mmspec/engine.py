@@ -1,0 +1,157 @@
+"""The propose -> score -> verify -> commit loop for token models (any HF causal LM or image-text-to-text model).
+
+Read top to bottom in :meth:`SpeculativeEngine.generate`. Notation as in the papers: ``x_t`` the pending token
+(committed, not yet scored by the target), ``d_1..d_K`` the draft, ``p`` / ``q`` target / draft distributions.
+
+Batches: every row drafts K tokens and is verified independently; the engine then commits the same number
+``n + 1`` of tokens on every row, with ``n`` the smallest accepted length among unfinished rows. Rows that
+accepted more keep their own accepted draft token at position n + 1 instead of the correction. Stopping a
+row's round early at a point chosen independently of its own token values keeps speculative sampling exact
+(it is a round with a shorter draft), and it keeps all caches rectangular.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .config import SpecConfig
+from .draft_length import POLICIES
+from .drafters.base import DraftRequest, Drafter
+from .runner import ModelRunner, logits_width, text_config_of
+from .sampling import process_logits, sample_tokens
+from .tree import TreeSpec
+from .types import GenerationOutput, RoundStats, SpecStats, TargetScores
+from .verifiers import make_verifier
+
+
+def check_input_ids(input_ids, attention_mask=None) -> None:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        got = f"{type(input_ids).__name__} {tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__  # noqa: E501
+        raise ValueError(f"input_ids: expected an int64 tensor of shape [batch, length], got {got}")
+    if input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids: expected a non-empty prompt, got shape {tuple(input_ids.shape)}")
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask: expected shape {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}")
+        if bool((attention_mask.sum(-1) == 0).any()):
+            raise ValueError("attention_mask: every row needs at least one real (non-padding) token; got an empty row")
+
+
+class SpeculativeEngine:
+    """Speculative generation with a target model, a drafter and a registered verifier.
+
+    >>> engine = SpeculativeEngine(target, ModelDrafter(small), SpecConfig(num_draft_tokens=4))
+    >>> out = engine.generate(input_ids, attention_mask)   # out.sequences, out.stats
+    """
+
+    def __init__(self, target, drafter: Drafter, config: SpecConfig | None = None, *, vocab_size: int | None = None,
+                 placeholder_ids: tuple[int, ...] = (), pad_token_id: int | None = None):  # fmt: skip
+        if not isinstance(drafter, Drafter):
+            raise TypeError(f"drafter: expected an mmspec Drafter (e.g. ModelDrafter(model)), got {type(drafter).__name__}")
+        self.target = target.eval()
+        self.drafter = drafter
+        self.config = config or SpecConfig()
+        self.vocab_size = vocab_size or min(text_config_of(target).vocab_size, logits_width(target))
+        self.placeholder_ids = tuple(placeholder_ids)
+        tc = text_config_of(target)
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (tc.pad_token_id or 0)
+        drafter.check_compatible(target, self.vocab_size)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 config: SpecConfig | None = None, generator: torch.Generator | None = None,
+                 **model_kwargs) -> GenerationOutput:  # fmt: skip
+        cfg = config or self.config
+        check_input_ids(input_ids, attention_mask)
+        device = next(self.target.parameters()).device
+        input_ids = input_ids.to(device)
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
+        if generator is None and cfg.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        sampling = cfg.sampling
+        verifier = make_verifier(cfg.verifier_name, **cfg.verifier_params)
+        policy = POLICIES.get(cfg.draft_length_policy)(cfg.num_draft_tokens, cfg.max_draft_tokens, **cfg.draft_length_params)
+        eos = torch.tensor(cfg.eos_ids, device=device, dtype=torch.long)
+        tree = TreeSpec(tuple(cfg.tree)) if cfg.tree is not None else None
+        stats = SpecStats()
+        t_start = time.perf_counter()
+
+        # Prefill: the target scores the prompt and samples x_t; the drafter builds its own state.
+        target = ModelRunner(self.target, self.vocab_size)
+        x_t = sample_tokens(target.prefill(input_ids, attention_mask, **model_kwargs), sampling, generator)  # [B]
+        session = self.drafter.start(DraftRequest(
+            input_ids=input_ids, attention_mask=attention_mask, model_kwargs=model_kwargs,
+            placeholder_ids=self.placeholder_ids, sampling=sampling, vocab_size=self.vocab_size,
+            pad_token_id=self.pad_token_id, need_probs=verifier.needs_probs and not sampling.greedy,
+        ))  # fmt: skip
+        stats.prefill_seconds = time.perf_counter() - t_start
+        generated = [x_t[:, None]]
+        n_new = 1
+        finished = torch.isin(x_t, eos)  # [B]
+
+        while n_new < cfg.max_new_tokens and not bool(finished.all()):
+            # propose: K drafts after x_t (never more than still fit under max_new_tokens)
+            t0 = time.perf_counter()
+            room = cfg.max_new_tokens - n_new - 1
+            draft_forwards_before = session.forwards
+            if tree is not None and tree.depth <= room:
+                proposal = session.propose_tree(x_t, tree, generator)
+            else:
+                proposal = session.propose(x_t, min(policy.next_k(), room), generator, policy.stop_below)
+            d = proposal.tokens  # [B, K] (a tree: K nodes)
+            k = proposal.k
+            t1 = time.perf_counter()
+
+            # score: one target forward over [x_t, d_1..d_K] gives p_1..p_{K+1} (a tree: p at x_t and every node)
+            block_parents = None if not proposal.is_tree else [-1] + [q + 1 for q in proposal.parents]
+            logits = target.extend(torch.cat([x_t[:, None], d], dim=1), block_parents)  # [B, K+1, V]
+            scores = TargetScores(logits, process_logits(logits, sampling) if verifier.needs_probs else None)
+
+            # verify: accepted prefix length and correction/bonus token per row
+            verdict = verifier.verify(proposal, scores, generator)
+            accepted = verdict.num_accepted  # [B]
+            n = int(accepted[~finished].min()) if bool((~finished).any()) else 0
+
+            # commit: n drafts + one token on every row; rollback the rest from both caches
+            if proposal.is_tree:
+                path = verdict.path  # [B, depth] accepted nodes, root first
+                d = d.gather(1, path.clamp_min(0))  # [B, depth] tokens along each row's path
+            d_ext = torch.cat([d, verdict.next_tokens[:, None]], dim=1)  # [B, K+1]
+            last = torch.where(accepted > n, d_ext[:, n], verdict.next_tokens)  # [B]
+            emitted = torch.cat([d[:, :n], last[:, None]], dim=1)  # [B, n+1]
+            if proposal.is_tree:
+                keep = torch.cat([torch.zeros_like(path[:, :1]), path[:, :n] + 1], dim=1)  # x_t + accepted nodes
+                target.commit(keep)
+                session.accept(n, emitted, path[:, :n])
+            else:
+                target.commit(1 + n)
+                session.accept(n, emitted)
+            policy.update(k, n)
+            emitted = emitted.masked_fill(finished[:, None], self.pad_token_id)
+            finished = finished | torch.isin(emitted, eos).any(-1)
+            generated.append(emitted)
+            n_new += n + 1
+            x_t = emitted[:, -1]
+            stats.rounds.append(RoundStats(k, accepted.tolist(), n + 1, session.forwards - draft_forwards_before,
+                                           t1 - t0, time.perf_counter() - t1))  # fmt: skip
+
+        new_tokens = trim_after_eos(torch.cat(generated, dim=1)[:, : cfg.max_new_tokens], eos, self.pad_token_id)
+        stats.target_forwards = target.forwards
+        stats.draft_forwards = session.forwards
+        stats.new_tokens = new_tokens.shape[1]
+        stats.total_seconds = time.perf_counter() - t_start
+        return GenerationOutput(torch.cat([input_ids, new_tokens], dim=1), new_tokens, stats)
+
+
+def trim_after_eos(tokens: torch.Tensor, eos: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """tokens [B, T]: everything after a row's first EOS becomes padding (as HF generate does)."""
+    if eos.numel() == 0:
+        return tokens
+    is_eos = torch.isin(tokens, eos).long()
+    after = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first EOS
+    tokens = tokens.masked_fill(after, pad_token_id)
+    if bool(is_eos.any(-1).all()):  # every row ended: drop the all-padding tail
+        tokens = tokens[:, : int((~after).sum(-1).max())]
+    return tokens

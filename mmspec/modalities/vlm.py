@@ -1,0 +1,96 @@
+"""VLM modality adapter: PIL images + prompts -> text, through the model's own processor and the engine.
+
+>>> spec = VLMSpeculator(target, processor, drafter=small_vlm)          # or drafter=text_lm / NgramDrafter()
+>>> out = spec.generate(image, "caption :", max_new_tokens=48)
+>>> out.texts[0], out.stats.mean_accepted_tokens
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+
+from ..config import SpecConfig
+from ..drafters import Drafter, ModelDrafter
+from ..engine import SpeculativeEngine
+from ..types import SpecStats
+
+
+@dataclass
+class VLMOutput:
+    texts: list[str]
+    sequences: torch.Tensor  # [B, T_prompt + T_new]
+    new_tokens: torch.Tensor  # [B, T_new]
+    stats: SpecStats
+
+
+def is_vlm(model) -> bool:
+    return getattr(model.config, "vision_config", None) is not None
+
+
+def as_drafter(drafter) -> Drafter:
+    """A Drafter as given; a bare HF model becomes a ModelDrafter (text-only when it has no vision tower)."""
+    if isinstance(drafter, Drafter):
+        return drafter
+    if isinstance(drafter, torch.nn.Module) and hasattr(drafter, "config"):
+        return ModelDrafter(drafter, text_only=not is_vlm(drafter))
+    raise TypeError(f"drafter: expected an mmspec Drafter or a Hugging Face model, got {type(drafter).__name__}")
+
+
+def _as_list(value, name: str, kind, kind_name: str) -> list:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if not items:
+        raise ValueError(f"{name}: expected at least one {kind_name}, got an empty list")
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"{name}: expected {kind_name} (or a list of them), got {type(item).__name__}")
+    return list(items)
+
+
+class VLMSpeculator:
+    """Speculative decoding for image-text-to-text models (LLaVA, Qwen2-VL and other HF classes)."""
+
+    def __init__(self, target, processor, drafter, verifier: str | None = None, num_draft_tokens: int = 4,
+                 **config_kwargs):  # fmt: skip
+        self.target = target.eval()
+        self.processor = processor
+        tok = processor.tokenizer
+        self.image_token = getattr(processor, "image_token", None) or "<image>"
+        placeholders = [getattr(processor, a, None) for a in ("image_token", "video_token")]
+        placeholder_ids = tuple(tok.convert_tokens_to_ids(t) for t in placeholders if t)
+        self.config = SpecConfig(num_draft_tokens=num_draft_tokens, verifier=verifier,
+                                 eos_token_id=tok.eos_token_id, **config_kwargs)  # fmt: skip
+        self.engine = SpeculativeEngine(target, as_drafter(drafter), self.config, placeholder_ids=placeholder_ids,
+                                        pad_token_id=tok.pad_token_id, vocab_size=len(tok))  # fmt: skip
+
+    def prepare(self, images, prompts) -> dict:
+        """Processor inputs for a batch; one image per prompt; prompts get the image placeholder if missing."""
+        images = _as_list(images, "image", Image.Image, "a PIL.Image.Image")
+        prompts = _as_list(prompts, "prompt", str, "a str")
+        if any(not p.strip() for p in prompts):
+            raise ValueError("prompt: expected a non-empty string, got an empty prompt")
+        if len(prompts) == 1 and len(images) > 1:
+            prompts = prompts * len(images)
+        if len(images) != len(prompts):
+            raise ValueError(f"image/prompt: expected one image per prompt, got {len(images)} images and {len(prompts)} prompts")
+        prompts = [p if self.image_token in p else f"{self.image_token} {p}" for p in prompts]
+        enc = self.processor(images=[im.convert("RGB") for im in images], text=prompts, padding=True, return_tensors="pt")
+        device = next(self.target.parameters()).device
+        return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in enc.items()}
+
+    def generate(self, image, prompt, *, max_new_tokens: int = 32, generator: torch.Generator | None = None,
+                 **overrides) -> VLMOutput:  # fmt: skip
+        """Caption / answer: ``image`` a PIL image (or list), ``prompt`` a str (or list).
+
+        ``overrides`` are SpecConfig fields for this call: num_draft_tokens, temperature, top_k, top_p, seed,
+        verifier, draft_length_policy, ...
+        """
+        fields = {**self.config.__dict__, "max_new_tokens": max_new_tokens, **overrides}
+        cfg = SpecConfig(**fields)
+        enc = self.prepare(image, prompt)
+        ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
+        out = self.engine.generate(ids, mask, config=cfg, generator=generator, **enc)
+        texts = self.processor.tokenizer.batch_decode(out.new_tokens, skip_special_tokens=True)
+        return VLMOutput([t.strip() for t in texts], out.sequences, out.new_tokens, out.stats)

@@ -1,0 +1,172 @@
+"""ModelRunner: one Hugging Face causal model, its KV cache and per-row positions, kept in step.
+
+The engine never calls a model directly. A runner
+
+- prefills a (left-padded) prompt, computing position ids itself: ``cumsum(mask) - 1`` for ordinary models,
+  the model's own ``get_rope_index`` for M-RoPE models (Qwen2-VL family) — so no rope state lives on the model;
+- ``extend``s the cache with new tokens (a chain) and returns their logits, tentatively;
+- ``commit``s the first ``keep`` tentative tokens and crops the rest (KV rollback), advancing positions and the
+  attention mask by exactly what was kept.
+
+Tentative tokens may form a tree: ``extend(tokens, parents)`` gives each new token a parent among the tentative
+tokens (or -1: the committed context); the runner then builds the tree attention mask (each node sees the context,
+its ancestors and itself) and depth positions (siblings share a position), and ``commit(indices)`` gathers the
+accepted path's KV entries into contiguous positions.
+
+Rows advance in lock-step (the engine commits the same number of tokens on every row), so the cache stays
+rectangular and an ordinary ``DynamicCache`` serves any batch size.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from .cache import compact, crop
+from .tree import ancestor_matrix
+
+
+def text_config_of(model):
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def logits_width(model) -> int:
+    """Width of the model's output logits (the padded vocabulary size)."""
+    head = model.get_output_embeddings()
+    return head.weight.shape[0] if head is not None else text_config_of(model).vocab_size
+
+
+def uses_mrope(model) -> bool:
+    """Models whose language model takes 3-D (temporal, height, width) rotary positions."""
+    inner = getattr(model, "model", None)
+    return inner is not None and hasattr(inner, "get_rope_index")
+
+
+class ModelRunner:
+    def __init__(self, model, vocab_size: int | None = None):
+        self.model = model
+        self.vocab_size = vocab_size or logits_width(model)
+        self.mrope = uses_mrope(model)
+        self.device = next(model.parameters()).device
+        self.cache: DynamicCache | None = None
+        self.mask: torch.Tensor | None = None  # [B, cache_len] 1 = real token (includes tentative tokens)
+        self.padded = False  # whether any row has left padding (otherwise masks can be omitted)
+        self.next_pos: torch.Tensor | None = None  # [B] position of the first tentative token
+        self.pending = 0  # tentative tokens in the cache, not yet committed
+        self.parents: list[int] = []  # per tentative token: parent among tentative tokens, -1 = context
+        self.depth: list[int] = []  # per tentative token: depth below the context (0 = next position)
+        self.forwards = 0
+
+    # -- positions -------------------------------------------------------------------------------------------
+    def _prefill_positions(self, input_ids, attention_mask, model_kwargs) -> torch.Tensor:
+        if self.mrope and (model_kwargs.get("image_grid_thw") is not None or model_kwargs.get("video_grid_thw") is not None):
+            cfg = self.model.config
+            types = model_kwargs.get("mm_token_type_ids")
+            if types is None:
+                types = (input_ids == cfg.image_token_id).int() + 2 * (input_ids == getattr(cfg, "video_token_id", -1)).int()
+            pos, _ = self.model.model.get_rope_index(
+                input_ids,
+                mm_token_type_ids=types,
+                image_grid_thw=model_kwargs.get("image_grid_thw"),
+                video_grid_thw=model_kwargs.get("video_grid_thw"),
+                attention_mask=attention_mask,
+            )  # [3, B, T]
+            return pos
+        pos = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
+        return pos[None].expand(3, -1, -1) if self.mrope else pos
+
+    def _positions(self, depth: list[int]) -> torch.Tensor:
+        pos = self.next_pos[:, None] + torch.tensor(depth, device=self.device)  # [B, L]
+        return pos[None].expand(3, -1, -1) if self.mrope else pos
+
+    @property
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def _tree_mask(self, length: int, dtype) -> torch.Tensor:
+        """Additive 4-D mask [B, 1, L, S] for the last ``length`` tentative tokens of a tree."""
+        committed = self.length - self.pending
+        anc = ancestor_matrix(self.parents, self.device)[-length:]  # [L, P]
+        ctx = self.mask[:, None, None, :committed].bool().expand(-1, 1, length, committed)  # [B, 1, L, C]
+        see = torch.cat([ctx, anc[None, None].expand(ctx.shape[0], 1, length, self.pending)], dim=-1)
+        return torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)
+
+    # -- model calls ------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **model_kwargs):
+        """Run the prompt; returns the logits of its last position [B, V]. Resets the cache."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        self.cache = DynamicCache(config=self.model.config)
+        position_ids = self._prefill_positions(input_ids, attention_mask, model_kwargs)
+        self.padded = bool((attention_mask == 0).any())
+        self.mask = attention_mask.long()
+        self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
+        self.pending = 0
+        logits = self._forward(input_ids, attention_mask if self.padded else None, position_ids, logits_to_keep=1,
+                               **model_kwargs)  # fmt: skip
+        self.forwards += 1
+        return logits[:, -1, : self.vocab_size]
+
+    @torch.no_grad()
+    def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None) -> torch.Tensor:
+        """Append ``tokens [B, L]`` tentatively; returns their logits [B, L, V].
+
+        ``parents``: per new token, the index of its parent among all tentative tokens (-1 = the committed context);
+        None = a chain continuing the tentative tokens.
+        """
+        b, length = tokens.shape
+        if parents is None:
+            parents = [self.pending + i - 1 for i in range(length)]
+        if len(parents) != length or any(not -1 <= p < self.pending + i for i, p in enumerate(parents)):
+            raise ValueError(f"parents: expected {length} indices, each < its own index, got {list(parents)}")
+        new_depth = []
+        for p in parents:
+            new_depth.append(0 if p < 0 else (self.depth + new_depth)[p] + 1)
+        self.parents += list(parents)
+        self.depth += new_depth
+        self.pending += length
+        self.mask = torch.cat([self.mask, self.mask.new_ones(b, length)], dim=1)
+        if self.is_chain:
+            attention_mask = self.mask if self.padded else None
+        else:
+            attention_mask = self._tree_mask(length, self.model.dtype)
+        logits = self._forward(tokens, attention_mask, self._positions(new_depth))
+        self.forwards += 1
+        return logits[..., : self.vocab_size]
+
+    def _forward(self, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
+        """One model call on the runner's cache -> logits [B, L, width]. Subclasses may replace the model."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
+        return out.logits
+
+    def commit(self, keep: int | torch.Tensor) -> None:
+        """Commit tentative tokens and roll back the rest (cache, mask and positions stay in step).
+
+        ``keep`` an int: the first ``keep`` tentative tokens (a chain prefix). A tensor [B, n]: per row, the
+        indices of a root-to-node path among the tentative tokens, gathered into contiguous positions.
+        """
+        if isinstance(keep, int):
+            if not 0 <= keep <= self.pending or not all(p == i - 1 for i, p in enumerate(self.parents[:keep])):
+                raise ValueError(f"keep: expected a chain prefix length in 0..{self.pending}, got {keep}")
+            n = keep
+            crop(self.cache, self.pending - keep)
+        else:
+            n = keep.shape[1]
+            crop_only = bool((keep == torch.arange(n, device=keep.device)).all()) and all(
+                p == i - 1 for i, p in enumerate(self.parents[:n]))  # fmt: skip
+            if crop_only:
+                crop(self.cache, self.pending - n)
+            else:
+                committed = self.length - self.pending
+                compact(self.cache, committed, keep.to(self.device))
+        self.mask = self.mask[:, : self.length - self.pending + n]
+        self.next_pos = self.next_pos + n
+        self.pending, self.parents, self.depth = 0, [], []
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache (padding and tentative tokens included)."""
+        return self.mask.shape[1]

@@ -1,0 +1,43 @@
+"""The verifier contract: a small object with a pure ``verify(...) -> Verdict`` and a declared ``lossless`` flag."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from ..registry import Registry
+from ..types import Proposal, TargetScores, Verdict
+
+
+class Verifier:
+    """Base class. Subclasses set ``lossless`` and ``needs_probs`` and implement :meth:`verify`.
+
+    ``verify`` must be pure (inputs are never mutated), batched over rows, vectorised over positions and the
+    vocabulary, and work on any device.
+    """
+
+    lossless: ClassVar[bool]
+    needs_probs: ClassVar[bool] = True  # whether TargetScores.probs must be filled in
+    bounds: ClassVar[str] = "exact: output law equals the target's"
+    paper: ClassVar[str] = ""
+
+    def verify(self, proposal: Proposal, scores: TargetScores, generator: torch.Generator | None = None) -> Verdict:
+        raise NotImplementedError  # abstract; every registered verifier overrides it
+
+
+VERIFIERS: Registry[type[Verifier]] = Registry("verifier")
+
+
+def make_verifier(name: str, **params) -> Verifier:
+    """Build a registered verifier by name, e.g. ``make_verifier("speculative")``."""
+    cls = VERIFIERS.get(name)
+    try:
+        return cls(**params)
+    except TypeError as e:
+        raise TypeError(f"verifier {name!r}: bad parameters {params}: {e}") from None
+
+
+def first_rejection(accept: torch.Tensor) -> torch.Tensor:
+    """accept [B, K] bool -> number of leading Trues per row, int64 [B] (0..K)."""
+    return accept.to(torch.int64).cumprod(-1).sum(-1)

@@ -1,0 +1,67 @@
+"""The zoo: small real models trained here by recipes on procedural data, saved as safetensors.
+
+``load(name)`` returns the entry's models; ``ZOO.get(name).train(out_dir)`` rebuilds it from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..registry import Registry
+
+WEIGHTS = Path(__file__).parent / "weights"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    train: Callable[..., dict]  # train(out_dir, **options) -> model card
+    load: Callable[..., object]  # load(path, dtype, device) -> the entry's models
+
+    @property
+    def path(self) -> Path:
+        return WEIGHTS / self.name
+
+
+ZOO: Registry[ZooEntry] = Registry("zoo entry")
+
+
+@dataclass
+class ShapesVLM:
+    target: object  # LlavaForConditionalGeneration
+    processor: object  # LlavaProcessor
+    drafter_vlm: object  # small LlavaForConditionalGeneration
+    drafter_text: object  # LlamaForCausalLM (text-only)
+
+
+def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM:
+    from transformers import AutoProcessor, LlamaForCausalLM, LlavaForConditionalGeneration
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-vlm: no weights at {path}; run `mmspec zoo train shapes-vlm`")
+    load = dict(dtype=dtype, local_files_only=True)
+    return ShapesVLM(
+        target=LlavaForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
+        processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
+        drafter_vlm=LlavaForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
+        drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
+    )
+
+
+def _train_shapes_vlm(out_dir, **options):
+    from .shapes_vlm import train
+
+    return train(out_dir, **options)
+
+
+ZOO.register("shapes-vlm")(ZooEntry("shapes-vlm", _train_shapes_vlm, _load_shapes_vlm))
+
+
+def load(name: str, dtype=torch.float32, device="cpu"):
+    entry = ZOO.get(name)
+    return entry.load(entry.path, dtype=dtype, device=device)

@@ -1,0 +1,265 @@
+"""Zoo entry ``shapes-vlm``: a LLaVA-architecture captioner for procedural shape scenes, with two drafters.
+
+- ``target``       LlavaForConditionalGeneration: CLIP vision tower (96 px, 32 px patches -> 9 visual tokens) and a
+                   12-layer Llama language model (~23M parameters in all).
+- ``drafter-vlm``  the same architecture at <= 1/10 of the size (a small VLM drafter that sees the image).
+- ``drafter-text`` a 2-layer LlamaForCausalLM that never sees the image (SPD-MLLM-style text-only drafter).
+
+All three share one word-level tokenizer (saved with the processor in ``target/``) and are saved with
+``save_pretrained`` as float16 safetensors. ``mmspec zoo train shapes-vlm`` rebuilds everything from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .shapes import make_scene, vocabulary
+
+ENTRY = "shapes-vlm"
+IMAGE_SIZE = 96
+PATCH_SIZE = 32
+NUM_IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
+SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
+
+
+def caption_prompt() -> str:
+    return "<image> caption :"
+
+
+def question_prompt(question: str) -> str:
+    return f"<image> question : {question} answer :"
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + vocabulary())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens={"image_token": "<image>"},
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_processor():
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": IMAGE_SIZE},
+        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    return LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=build_tokenizer(),
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        image_token="<image>",
+    )
+
+
+@dataclass(frozen=True)
+class Sizes:
+    text_hidden: int
+    text_layers: int
+    text_heads: int
+    text_intermediate: int
+    vision_hidden: int
+    vision_layers: int
+    vision_heads: int
+
+
+TARGET_SIZES = Sizes(384, 12, 6, 1024, 192, 3, 3)
+DRAFTER_SIZES = Sizes(128, 2, 4, 384, 64, 1, 2)
+
+
+def vlm_config(sizes: Sizes, vocab_size: int, image_token_id: int, pad_id: int, bos_id: int, eos_id: int):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(
+        hidden_size=sizes.vision_hidden,
+        intermediate_size=4 * sizes.vision_hidden,
+        num_hidden_layers=sizes.vision_layers,
+        num_attention_heads=sizes.vision_heads,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+    )
+    return LlavaConfig(
+        vision_config=vision,
+        text_config=text_config(sizes, vocab_size, pad_id, bos_id, eos_id),
+        image_token_index=image_token_id,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        projector_hidden_act="gelu",
+    )
+
+
+def text_config(sizes: Sizes, vocab_size: int, pad_id: int, bos_id: int, eos_id: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=sizes.text_hidden,
+        intermediate_size=sizes.text_intermediate,
+        num_hidden_layers=sizes.text_layers,
+        num_attention_heads=sizes.text_heads,
+        num_key_value_heads=sizes.text_heads,
+        max_position_embeddings=128,
+        pad_token_id=pad_id,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        tie_word_embeddings=False,
+    )
+
+
+def example(index: int, split: str = "train", rng: random.Random | None = None):
+    """(image, prompt, answer) for the index-th scene: a caption task, or a question with probability 0.3."""
+    scene = make_scene(index, split)
+    rng = rng or random.Random(index)
+    if rng.random() < 0.3:
+        q, a = rng.choice(scene.questions())
+        return scene.render(IMAGE_SIZE), question_prompt(q), a
+    return scene.render(IMAGE_SIZE), caption_prompt(), scene.caption()
+
+
+def collate(processor, batch, with_image: bool):
+    """Right-padded training batch; labels are -100 outside the answer (+ EOS)."""
+    tok = processor.tokenizer
+    image_id = tok.convert_tokens_to_ids("<image>")
+    images, prompts, answers = zip(*batch)
+    if with_image:
+        enc = processor(images=list(images), text=list(prompts), padding=True, return_tensors="pt")
+        prompt_ids = [row[row != tok.pad_token_id].tolist() for row in enc["input_ids"]]
+        pixel_values = enc["pixel_values"]
+    else:
+        prompt_ids = [[t for t in tok(p)["input_ids"] if t != image_id] for p in prompts]
+        pixel_values = None
+    seqs, labels = [], []
+    for p, a in zip(prompt_ids, answers):
+        a_ids = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        seqs.append(p + a_ids)
+        labels.append([-100] * len(p) + a_ids)
+    width = max(map(len, seqs))
+    input_ids = torch.full((len(seqs), width), tok.pad_token_id)
+    label_t = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, l) in enumerate(zip(seqs, labels)):
+        input_ids[i, : len(s)] = torch.tensor(s)
+        label_t[i, : len(l)] = torch.tensor(l)
+        mask[i, : len(s)] = 1
+    out = {"input_ids": input_ids, "attention_mask": mask, "labels": label_t}
+    if pixel_values is not None:
+        out["pixel_values"] = pixel_values
+    return out
+
+
+def train_model(model, processor, *, with_image: bool, steps: int, batch_size: int, lr: float, seed: int, desc: str):
+    """AdamW with warm-up + cosine decay on freshly generated scenes; returns the loss curve."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
+    model.train()
+    losses = []
+    bar = tqdm(range(steps), desc=desc)
+    for step in bar:
+        batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
+        loss = model(**collate(processor, batch, with_image)).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> float:
+    """Exact-match caption accuracy of greedy decoding on ``n`` held-out (test split) scenes."""
+    correct = 0
+    for start in range(0, n, batch_size):
+        scenes = [make_scene(i, "test") for i in range(start, min(n, start + batch_size))]
+        enc = processor(images=[s.render(IMAGE_SIZE) for s in scenes], text=[caption_prompt()] * len(scenes),
+                        padding=True, return_tensors="pt")  # fmt: skip
+        out = model.generate(**enc, max_new_tokens=48, do_sample=False)
+        texts = processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(t.strip() == s.caption() for t, s in zip(texts, scenes))
+    return correct / n
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train(out_dir: str | Path, *, target_steps: int = 1200, drafter_steps: int = 1500, batch_size: int = 32,
+          seed: int = 0, smoke: bool = False) -> dict:  # fmt: skip
+    """Train the whole entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, card.json)."""
+    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    out_dir = Path(out_dir)
+    processor = build_processor()
+    tok = processor.tokenizer
+    ids = dict(
+        vocab_size=8 * math.ceil(len(tok) / 8),  # padded vocabulary width
+        pad_id=tok.pad_token_id,
+        bos_id=tok.bos_token_id,
+        eos_id=tok.eos_token_id,
+    )
+    image_id = tok.convert_tokens_to_ids("<image>")
+    card = {"entry": ENTRY, "seed": seed, "batch_size": batch_size, "models": {}}
+    plan = [
+        ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, **ids)), False, drafter_steps, 2e-3),
+        ("drafter-vlm", lambda: LlavaForConditionalGeneration(vlm_config(DRAFTER_SIZES, image_token_id=image_id, **ids)),
+         True, drafter_steps, 2e-3),
+        ("target", lambda: LlavaForConditionalGeneration(vlm_config(TARGET_SIZES, image_token_id=image_id, **ids)),
+         True, target_steps, 1e-3),
+    ]  # fmt: skip
+    for name, build, with_image, steps, lr in plan:
+        torch.manual_seed(seed)
+        model = build()
+        t0 = time.perf_counter()
+        losses = train_model(model, processor, with_image=with_image, steps=2 if smoke else steps,
+                             batch_size=4 if smoke else batch_size, lr=lr, seed=seed, desc=f"train {name}")  # fmt: skip
+        seconds = time.perf_counter() - t0
+        entry = {"parameters": count_parameters(model), "steps": steps, "train_seconds": round(seconds, 1),
+                 "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+        if with_image:
+            entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
+        card["models"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.to(torch.float16).save_pretrained(out_dir / name)
+        if name == "target":
+            processor.save_pretrained(out_dir / name)
+        else:
+            tok.save_pretrained(out_dir / name)
+    (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card

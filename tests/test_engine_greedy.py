@@ -1,0 +1,102 @@
+"""Greedy speculative output is token-identical to target.generate(do_sample=False), for every model family,
+drafter, draft length, tree shape and batch layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs
+
+from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter, SpecConfig, SpeculativeEngine
+
+NEW = 16
+
+
+def _reference(model, ids, mask, kw):
+    return model.generate(input_ids=ids, attention_mask=mask, **kw, do_sample=False, max_new_tokens=NEW)
+
+
+def _check(target, drafter, ids, mask, kw, **cfg):
+    ref = _reference(target, ids, mask, kw)
+    engine = SpeculativeEngine(target, drafter, SpecConfig(max_new_tokens=NEW, eos_token_id=2, **cfg),
+                               placeholder_ids=(IMAGE_ID,))  # fmt: skip
+    out = engine.generate(ids, mask, **kw)
+    assert torch.equal(out.sequences, ref), f"\nspec {out.sequences[:, ids.shape[1]:]}\nref  {ref[:, ids.shape[1]:]}"
+    return out
+
+
+DRAFT_SHAPES = [dict(num_draft_tokens=1), dict(num_draft_tokens=4), dict(tree=(2, 2, 1)), dict(tree=(3, 1))]
+
+
+def _llama_drafters(target, small):
+    return {"small": ModelDrafter(small), "self": ModelDrafter(target), "ngram": NgramDrafter(),
+            "early-exit": EarlyExitDrafter(target, 1)}  # fmt: skip
+
+
+def _combos(names):  # n-gram drafting proposes chains only
+    return [(n, s) for n in names for s in DRAFT_SHAPES if not (n == "ngram" and "tree" in s)]
+
+
+@pytest.mark.parametrize("name,shape", _combos(["small", "self", "ngram", "early-exit"]), ids=str)
+def test_llama(llama_pair, name, shape):
+    target, small = llama_pair
+    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(3))
+    out = _check(target, _llama_drafters(target, small)[name], ids, torch.ones_like(ids), {}, **shape)
+    if name == "self":  # the target drafting for itself: every draft accepted, every round
+        assert all(r.committed == r.draft_len + 1 or "tree" in shape for r in out.stats.rounds)
+        assert out.stats.mean_accepted_tokens > 1.8
+
+
+@pytest.mark.parametrize("name,shape", _combos(["small-vlm", "text-only", "self", "ngram", "early-exit"]), ids=str)
+def test_llava_batched_left_padded(llava_trio, name, shape):
+    target, small_vlm, text_lm = llava_trio
+    drafters = {"small-vlm": ModelDrafter(small_vlm), "text-only": ModelDrafter(text_lm, text_only=True),
+                "self": ModelDrafter(target), "ngram": NgramDrafter(), "early-exit": EarlyExitDrafter(target, 2)}  # fmt: skip
+    ids, mask, kw = llava_inputs(batch=3, pad_rows=(1,))
+    _check(target, drafters[name], ids, mask, kw, **shape)
+
+
+@pytest.mark.parametrize("name,shape", _combos(["small-vlm", "self", "ngram"]), ids=str)
+def test_qwen2vl_mrope(qwen_pair, name, shape):
+    target, small = qwen_pair
+    drafters = {"small-vlm": ModelDrafter(small), "self": ModelDrafter(target), "ngram": NgramDrafter()}
+    ids, mask, kw = qwen2vl_inputs(batch=2)
+    _check(target, drafters[name], ids, mask, kw, **shape)
+
+
+def test_heuristic_draft_length_grows_on_full_accepts(llama_pair):
+    target, _ = llama_pair
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+    out = _check(target, ModelDrafter(target), ids, torch.ones_like(ids), {}, num_draft_tokens=2,
+                 draft_length_policy="heuristic")  # fmt: skip
+    assert [r.draft_len for r in out.stats.rounds][:3] == [2, 4, 6]  # +2 after each fully accepted draft
+
+
+@pytest.mark.parametrize("threshold,long", [(1e-6, True), (0.999, False)])
+def test_confidence_draft_length(llama_pair, threshold, long):
+    target, small = llama_pair
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(4))
+    out = _check(target, ModelDrafter(small), ids, torch.ones_like(ids), {}, num_draft_tokens=2,
+                 draft_length_policy="confidence", draft_length_params={"threshold": threshold})  # fmt: skip
+    lengths = [r.draft_len for r in out.stats.rounds]
+    assert (max(lengths) > 2) if long else (max(lengths) == 1), lengths
+
+
+def test_eos_stops_and_pads(llama_pair):
+    target, small = llama_pair
+    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(5))
+    ref = target.generate(ids, do_sample=False, max_new_tokens=NEW)
+    eos = int(ref[0, ids.shape[1] + 3])  # make the 4th generated token of row 0 the EOS
+    ref = target.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=0)
+    out = SpeculativeEngine(target, ModelDrafter(target), SpecConfig(max_new_tokens=NEW, eos_token_id=eos)).generate(ids)
+    assert torch.equal(out.sequences, ref)
+
+
+def test_stats_count_forwards(llama_pair):
+    target, small = llama_pair
+    ids = torch.randint(3, 40, (1, 9), generator=torch.Generator().manual_seed(6))
+    out = SpeculativeEngine(target, ModelDrafter(small), SpecConfig(num_draft_tokens=3, max_new_tokens=NEW)).generate(ids)
+    s = out.stats
+    assert s.target_forwards == len(s.rounds) + 1  # prefill + one verification per round
+    assert sum(r.committed for r in s.rounds) + 1 == out.new_tokens.shape[1]
+    assert s.draft_forwards == sum(r.draft_forwards for r in s.rounds) + 1  # + the drafter's prefill
