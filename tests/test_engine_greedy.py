@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs
+from tests.conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs
 
 from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter, SpecConfig, SpeculativeEngine
 
