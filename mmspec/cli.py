@@ -1,4 +1,4 @@
-"""The ``mmspec`` command: demo, zoo train."""
+"""The ``mmspec`` command: demo, bench, zoo train."""
 
 from __future__ import annotations
 
@@ -36,6 +36,17 @@ def demo(args) -> None:
           f"speedup {plain_s / spec_s:.2f}x on this machine")  # fmt: skip
 
 
+def bench(args) -> None:
+    from .bench_vlm import bench_vlm, print_report
+
+    ks = tuple(int(k) for k in args.ks.split(","))
+    rows, meta = bench_vlm(scenes=args.scenes, reps=args.reps, max_new_tokens=args.max_new_tokens,
+                           json_path=args.json, plot_path=args.plot, ks=ks)  # fmt: skip
+    print_report(rows, meta)
+    if args.json:
+        print(f"\nrows written to {args.json}")
+
+
 def zoo_train(args) -> None:
     from .zoo import ZOO
 
@@ -51,6 +62,15 @@ def main(argv=None) -> None:
     p.add_argument("--scenes", type=int, default=4)
     p.add_argument("--k", type=int, default=4)
     p.set_defaults(func=demo)
+    b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
+    v = b.add_parser("vlm", help="shapes-VLM: plain greedy vs mmspec drafters/verifiers vs HF assisted generation")
+    v.add_argument("--scenes", type=int, default=8, help="held-out scenes to caption")
+    v.add_argument("--reps", type=int, default=5, help="interleaved timed repetitions (after one warm-up)")
+    v.add_argument("--max-new-tokens", type=int, default=48)
+    v.add_argument("--ks", default="2,3,4,5,6,8", help="draft lengths for the small-VLM drafter (comma-separated)")
+    v.add_argument("--json", default=None, help="write the rows as JSON here")
+    v.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
+    v.set_defaults(func=bench)
     z = sub.add_parser("zoo", help="zoo entries").add_subparsers(dest="zoo_command", required=True)
     t = z.add_parser("train", help="retrain a zoo entry from scratch")
     t.add_argument("name")

@@ -1,0 +1,162 @@
+"""Benchmark harness: side-by-side, interleaved timing of plain decoding, mmspec methods and their peers.
+
+Conventions (Spec-Bench): every method decodes the same inputs on the same machine in one process; repetitions
+are interleaved (each repetition runs every method once, in a rotated order) and a warm-up pass of every method
+is excluded; the reported time is the median over repetitions. ``mean_accepted_tokens`` is the number of tokens
+committed per target verification forward, bonus/correction token included (plain decoding = 1.00).
+``speedup_vs_ar`` divides a method's tokens/s by plain greedy decoding's; ``speedup_vs_hf`` divides it by the
+fastest Hugging Face configuration that uses the same draft source (the strongest peer a user could pick).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+
+@dataclass
+class RunResult:
+    """One method on one input."""
+
+    new_tokens: torch.Tensor  # [1, T] generated ids (EOS included, padding stripped when compared)
+    committed: int  # tokens produced by verification forwards (speculative: all but the prefill's token)
+    verify_forwards: int  # target forwards that verified drafts (plain decoding: one per token)
+
+
+@dataclass
+class Method:
+    name: str
+    family: str  # "ar", "mmspec" or "hf": who implements it
+    draft_source: str  # what drafts ("none", "small-vlm", "text-only", "ngram", "early-exit")
+    lossless: bool
+    run: Callable[[dict], RunResult]  # one input (processor outputs) -> result
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class BenchRow:
+    method: str
+    family: str
+    draft_source: str
+    lossless: bool
+    mean_accepted_tokens: float
+    tokens_per_s: float
+    seconds_median: float
+    speedup_vs_ar: float
+    speedup_vs_hf: float | None
+    identical_to_ar: bool
+    params: dict
+
+
+def _strip(tokens: torch.Tensor, pad_token_id: int) -> list[int]:
+    return [t for t in tokens.flatten().tolist() if t != pad_token_id]
+
+
+def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progress: bool = True):
+    """Warm up every method once, then ``reps`` interleaved repetitions over all inputs.
+
+    Returns (seconds per method: list over reps, results per method: list over inputs from the last repetition).
+    """
+    seconds: dict[str, list[float]] = {m.name: [] for m in methods}
+    results: dict[str, list[RunResult]] = {}
+    for m in methods:  # warm-up (excluded) and the outputs compared for identity
+        results[m.name] = [m.run(x) for x in inputs]
+    bar = tqdm(total=reps * len(methods), desc="bench", disable=not progress)
+    for rep in range(reps):
+        order = methods[rep % len(methods) :] + methods[: rep % len(methods)]  # rotate: no fixed position bias
+        for m in order:
+            t0 = time.perf_counter()
+            for x in inputs:
+                m.run(x)
+            seconds[m.name].append(time.perf_counter() - t0)
+            bar.update(1)
+    bar.close()
+    return seconds, results
+
+
+def summarise(methods: list[Method], seconds, results, pad_token_id: int) -> list[BenchRow]:
+    by_name = {m.name: m for m in methods}
+    ar = next(m for m in methods if m.family == "ar")
+    ref = [_strip(r.new_tokens, pad_token_id) for r in results[ar.name]]
+    n_tokens = {k: sum(len(_strip(r.new_tokens, pad_token_id)) for r in v) for k, v in results.items()}
+    tps = {k: n_tokens[k] / statistics.median(seconds[k]) for k in seconds}
+    best_hf: dict[str, float] = {}
+    for m in methods:
+        if m.family == "hf":
+            best_hf[m.draft_source] = max(best_hf.get(m.draft_source, 0.0), tps[m.name])
+    rows = []
+    for name, rs in results.items():
+        m = by_name[name]
+        forwards = sum(r.verify_forwards for r in rs)
+        committed = sum(r.committed for r in rs)
+        peer = best_hf.get(m.draft_source)
+        rows.append(BenchRow(
+            method=name, family=m.family, draft_source=m.draft_source, lossless=m.lossless,
+            mean_accepted_tokens=round(committed / max(1, forwards), 3),
+            tokens_per_s=round(tps[name], 1), seconds_median=round(statistics.median(seconds[name]), 4),
+            speedup_vs_ar=round(tps[name] / tps[ar.name], 3),
+            speedup_vs_hf=round(tps[name] / peer, 3) if peer else None,
+            identical_to_ar=[_strip(r.new_tokens, pad_token_id) for r in rs] == ref,
+            params=m.params,
+        ))  # fmt: skip
+    return rows
+
+
+def markdown_table(rows: list[BenchRow]) -> str:
+    lines = ["| method | lossless | mean accepted tokens | tokens/s | speedup vs plain | speedup vs HF | identical to plain |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        hf = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else "—"
+        lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | "
+                     f"{r.speedup_vs_ar:.2f}x | {hf} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def save_json(rows: list[BenchRow], path: str | Path, meta: dict) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    tmp.replace(path)  # never leave a half-written file behind
+
+
+def save_plot(rows: list[BenchRow], path: str | Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"ar": "#888888", "mmspec": "#1f77b4", "hf": "#ff7f0e"}
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
+    names = [r.method for r in rows][::-1]
+    ax.barh(names, [r.speedup_vs_ar for r in rows][::-1], color=[colors[r.family] for r in rows][::-1])
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_xlabel("speedup vs plain greedy decoding (tokens/s ratio, median of interleaved repetitions)")
+    ax.set_title(title)
+    for fam, c in colors.items():
+        ax.bar(0, 0, color=c, label=fam)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def machine_description() -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {torch.get_num_threads()} torch threads, {dev}, torch {torch.__version__}"

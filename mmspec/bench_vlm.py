@@ -1,0 +1,148 @@
+"""``mmspec bench vlm``: the bundled shapes-VLM pair, greedy captioning of held-out scenes.
+
+Methods, all decoding the same processor outputs (batch 1, as Spec-Bench):
+
+- ``plain greedy``: ``target.generate(do_sample=False)``, the baseline every speedup is relative to;
+- mmspec: the small-VLM drafter at several draft lengths K, a token tree, HF's +2/-1 length heuristic, the
+  text-only drafter, prompt lookup (n-gram) and early-exit self-speculation;
+- Hugging Face's peers with the same target and draft source: assisted generation
+  (``generate(assistant_model=...)``) at each K with a constant schedule and at HF's defaults (heuristic
+  schedule, confidence threshold), and prompt lookup decoding (``prompt_lookup_num_tokens``). HF's own early
+  exit (``assistant_early_exit``) does not support LLaVA classes, so early exit has no peer row.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from .bench import Method, RunResult, machine_description, markdown_table, run_interleaved, save_json, save_plot, summarise
+from .config import SpecConfig
+from .drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter
+from .modalities.vlm import VLMSpeculator
+
+
+class ForwardCounter:
+    """Counts calls of a module's forward (the target's verification forwards under HF generate)."""
+
+    def __init__(self, module):
+        self.count = 0
+        self.handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, *_):
+        self.count += 1
+
+
+@contextmanager
+def assistant_settings(model, **values):
+    """Set HF assisted-generation knobs on the assistant's generation_config for one call, then restore them."""
+    cfg = model.generation_config
+    old = {k: getattr(cfg, k, None) for k in values}
+    for k, v in values.items():
+        setattr(cfg, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(cfg, k, v)
+
+
+def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 1, 1), early_exit_layers: int = 4):
+    target, processor = models.target, models.processor
+    tok = processor.tokenizer
+    counter = ForwardCounter(target)
+
+    def hf(**kwargs):
+        def run(enc):
+            counter.count = 0
+            out = target.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
+            new = out[:, enc["input_ids"].shape[1] :]
+            return RunResult(new, new.shape[1], counter.count)  # HF's first call prefills and verifies at once
+
+        return run
+
+    def hf_assisted(assistant, **settings):
+        base = hf(assistant_model=assistant)
+
+        def run(enc):
+            with assistant_settings(assistant, **settings):
+                return base(enc)
+
+        return run
+
+    def mm(drafter, **cfg):
+        spec = VLMSpeculator(target, processor, drafter=drafter)
+        config = SpecConfig(max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, **cfg)
+
+        def run(enc):
+            kw = dict(enc)
+            ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
+            out = spec.engine.generate(ids, mask, config=config, **kw)
+            rounds = out.stats.rounds  # the prefill's token is no verification: counted in neither
+            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds))
+
+        return run
+
+    small, text = models.drafter_vlm, models.drafter_text
+    methods = [Method("plain greedy (HF generate)", "ar", "none", True, hf())]
+    for k in ks:
+        methods.append(Method(f"mmspec small-VLM K={k}", "mmspec", "small-vlm", True,
+                              mm(ModelDrafter(small), num_draft_tokens=k), {"K": k}))  # fmt: skip
+    methods += [
+        Method(f"mmspec small-VLM tree {tree}", "mmspec", "small-vlm", True, mm(ModelDrafter(small), tree=tree),
+               {"tree": list(tree)}),
+        Method("mmspec small-VLM heuristic K0=4", "mmspec", "small-vlm", True,
+               mm(ModelDrafter(small), num_draft_tokens=4, draft_length_policy="heuristic"), {"policy": "heuristic"}),
+        Method("mmspec text-only K=4", "mmspec", "text-only", True, mm(ModelDrafter(text, text_only=True)), {"K": 4}),
+        Method("mmspec n-gram K=4", "mmspec", "ngram", True, mm(NgramDrafter()), {"K": 4}),
+        Method(f"mmspec early-exit {early_exit_layers} layers K=4", "mmspec", "early-exit", True,
+               mm(EarlyExitDrafter(target, early_exit_layers)), {"K": 4, "layers": early_exit_layers}),
+    ]  # fmt: skip
+    for k in ks:
+        methods.append(Method(f"HF assisted small-VLM K={k}", "hf", "small-vlm", True,
+                              hf_assisted(small, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                                          assistant_confidence_threshold=0.0), {"K": k}))  # fmt: skip
+    methods += [
+        Method("HF assisted small-VLM (HF defaults)", "hf", "small-vlm", True, hf_assisted(small), {"defaults": True}),
+        Method("HF assisted text-only K=4", "hf", "text-only", True,
+               hf_assisted(text, num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
+                           assistant_confidence_threshold=0.0), {"K": 4}),
+        Method("HF assisted text-only (HF defaults)", "hf", "text-only", True, hf_assisted(text), {"defaults": True}),
+        Method("HF prompt lookup K=4", "hf", "ngram", True, hf(prompt_lookup_num_tokens=4), {"K": 4}),
+    ]  # fmt: skip
+    return methods
+
+
+def bench_vlm(*, scenes: int = 8, reps: int = 5, max_new_tokens: int = 48, json_path=None, plot_path=None,
+              ks=(2, 3, 4, 5, 6, 8), progress: bool = True, models=None):  # fmt: skip
+    from . import zoo
+    from .zoo.shapes import make_scene
+    from .zoo.shapes_vlm import IMAGE_SIZE, caption_prompt
+
+    if scenes < 1 or reps < 1:
+        raise ValueError(f"scenes/reps: expected ints >= 1, got scenes={scenes}, reps={reps}")
+    models = models or zoo.load("shapes-vlm")
+    processor = models.processor
+    inputs = [
+        processor(images=[make_scene(i, "test").render(IMAGE_SIZE)], text=[caption_prompt()], return_tensors="pt")
+        for i in range(scenes)
+    ]
+    inputs = [dict(x) for x in inputs]
+    methods = vlm_methods(models, max_new_tokens, ks=ks)
+    with torch.inference_mode():
+        seconds, results = run_interleaved(methods, inputs, reps, progress)
+    rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id)
+    meta = {"benchmark": "vlm", "zoo": "shapes-vlm", "task": "greedy captioning of held-out scenes",
+            "scenes": scenes, "reps": reps, "max_new_tokens": max_new_tokens, "machine": machine_description()}  # fmt: skip
+    if json_path:
+        save_json(rows, json_path, meta)
+    if plot_path:
+        save_plot(rows, plot_path, f"shapes-VLM greedy captioning ({scenes} scenes, median of {reps} reps)")
+    return rows, meta
+
+
+def print_report(rows, meta) -> None:
+    print(f"\nmmspec bench vlm — {meta['task']}, {meta['scenes']} scenes, {meta['reps']} interleaved repetitions, "
+          f"max_new_tokens={meta['max_new_tokens']}\nmachine: {meta['machine']}\n")  # fmt: skip
+    print(markdown_table(rows))
