@@ -1,0 +1,104 @@
+"""KV rollback keeps cache, mask and positions in step: after any sequence of extends, crops and tree-path
+compactions, the logits the runner returns equal a cache-free recompute of the committed sequence (METHODS.md §1)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmspec.runner import ModelRunner
+from tests.conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs
+
+ATOL = 2e-4
+
+
+def full_logits(model, ids, mask, kw) -> torch.Tensor:
+    """Logits at every position of ``ids [B, T]`` from one cache-free forward -> [B, T, V]."""
+    with torch.no_grad():
+        if "image_grid_thw" in kw:  # M-RoPE: the model derives its 3-D positions from the full sequence
+            types = (ids == IMAGE_ID).int()  # 1 = image token (what the processor returns as mm_token_type_ids)
+            return model(input_ids=ids, attention_mask=mask, mm_token_type_ids=types, **kw).logits
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        return model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits
+
+
+class Committed:
+    """The sequence a runner should hold: prompt + committed tokens, per row."""
+
+    def __init__(self, model, ids, mask, kw):
+        self.model, self.ids, self.mask, self.kw = model, ids, mask, kw
+
+    def expect(self, tail: torch.Tensor) -> torch.Tensor:
+        """Cache-free logits of ``tail [B, L]`` appended to the committed sequence -> [B, L, V]."""
+        ids = torch.cat([self.ids, tail], 1)
+        mask = torch.cat([self.mask, torch.ones_like(tail)], 1)
+        return full_logits(self.model, ids, mask, self.kw)[:, -tail.shape[1] :]
+
+    def append(self, tokens: torch.Tensor) -> None:
+        self.ids = torch.cat([self.ids, tokens], 1)
+        self.mask = torch.cat([self.mask, torch.ones_like(tokens)], 1)
+
+
+def _models(name, llama_pair, llava_trio, qwen_pair):
+    if name == "llama":
+        ids = torch.randint(3, 40, (2, 7), generator=torch.Generator().manual_seed(0))
+        mask = torch.ones_like(ids)
+        mask[1, :2] = 0  # a left-padded row
+        return llama_pair[0], ids, mask, {}
+    if name == "llava":
+        ids, mask, kw = llava_inputs(batch=2, pad_rows=(1,))
+        return llava_trio[0], ids, mask, kw
+    ids, mask, kw = qwen2vl_inputs(batch=2)
+    return qwen_pair[0], ids, mask, kw
+
+
+@pytest.mark.parametrize("name", ["llama", "llava", "qwen2vl"])
+def test_chain_rollbacks_match_recompute(name, llama_pair, llava_trio, qwen_pair):
+    model, ids, mask, kw = _models(name, llama_pair, llava_trio, qwen_pair)
+    g = torch.Generator().manual_seed(1)
+    runner = ModelRunner(model)
+    ref = Committed(model, ids, mask, kw)
+    last = runner.prefill(ids, mask, **kw)
+    torch.testing.assert_close(last, full_logits(model, ids, mask, kw)[:, -1, : runner.vocab_size], atol=ATOL, rtol=0)
+    for extend, keep in [(4, 2), (3, 0), (1, 1), (5, 5), (2, 1)]:
+        tokens = torch.randint(3, 40, (2, extend), generator=g)
+        got = runner.extend(tokens)
+        torch.testing.assert_close(got, ref.expect(tokens)[..., : runner.vocab_size], atol=ATOL, rtol=0)
+        runner.commit(keep)
+        ref.append(tokens[:, :keep])
+    assert runner.length == ref.ids.shape[1]
+
+
+@pytest.mark.parametrize("name", ["llama", "llava", "qwen2vl"])
+def test_tree_path_compaction_matches_recompute(name, llama_pair, llava_trio, qwen_pair):
+    model, ids, mask, kw = _models(name, llama_pair, llava_trio, qwen_pair)
+    g = torch.Generator().manual_seed(2)
+    runner = ModelRunner(model)
+    ref = Committed(model, ids, mask, kw)
+    runner.prefill(ids, mask, **kw)
+    parents = [-1, -1, 0, 0, 1, 2]  # two roots; node 2, 3 under 0; 4 under 1; 5 under 2
+    for path in ([1, 4], [0, 2, 5], [0]):
+        tokens = torch.randint(3, 40, (2, len(parents)), generator=g)
+        got = runner.extend(tokens, parents)  # [B, N, V]
+        for node in range(len(parents)):  # each node sees the committed context and its own ancestors only
+            chain, i = [], node
+            while i >= 0:
+                chain.insert(0, i)
+                i = parents[i]
+            want = ref.expect(tokens[:, chain])[:, -1]
+            torch.testing.assert_close(got[:, node], want[..., : runner.vocab_size], atol=ATOL, rtol=0)
+        runner.commit(torch.tensor([path, path]))  # gather the accepted path into contiguous positions
+        ref.append(tokens[:, path])
+        follow = torch.randint(3, 40, (2, 2), generator=g)  # the next round continues from the compacted cache
+        torch.testing.assert_close(runner.extend(follow), ref.expect(follow)[..., : runner.vocab_size], atol=ATOL, rtol=0)
+        runner.commit(1)
+        ref.append(follow[:, :1])
+
+
+def test_commit_rejects_non_prefix(llama_pair):
+    runner = ModelRunner(llama_pair[0])
+    ids = torch.randint(3, 40, (1, 5), generator=torch.Generator().manual_seed(3))
+    runner.prefill(ids)
+    runner.extend(torch.tensor([[5, 6]]), [-1, -1])  # two siblings: "keep 2" is no chain prefix
+    with pytest.raises(ValueError, match="keep"):
+        runner.commit(2)
