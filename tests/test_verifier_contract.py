@@ -1,0 +1,144 @@
+"""The verifier contract, as a mixin every registered verifier's test class inherits (diffusers' scheduler tests
+style): verdict shapes and dtypes, accepted lengths in range, seeded determinism, batch independence for
+deterministic rules, inputs never mutated, and the exact special cases (draft = target)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmspec.types import Proposal, TargetScores, Verdict
+from mmspec.verifiers import VERIFIERS, make_verifier
+
+B, K, V = 5, 4, 11
+
+
+def random_round(seed: int, tree: tuple[int, ...] | None = None, with_q: bool = True):
+    """A random proposal and target scores: tokens drawn from q, p an independent softmax."""
+    g = torch.Generator().manual_seed(seed)
+    parents = tree
+    n = len(tree) if tree is not None else K
+    q = torch.softmax(2 * torch.randn(B, n, V, generator=g), -1)  # [B, N, V]
+    tokens = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(B, n)  # [B, N]
+    logits = 2 * torch.randn(B, n + 1, V, generator=g)  # [B, N+1, V]
+    return Proposal(tokens, q if with_q else None, parents), TargetScores(logits, torch.softmax(logits, -1))
+
+
+def agreeing_round(seed: int):
+    """The draft is the target's own greedy continuation and q = p: every exact rule accepts everything."""
+    g = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(B, K + 1, V, generator=g)
+    p = torch.softmax(logits, -1)
+    return Proposal(logits[:, :K].argmax(-1), p[:, :K].clone()), TargetScores(logits, p)
+
+
+class VerifierContract:
+    """Mixin: subclasses set ``name`` (a registered verifier) and may override ``params``."""
+
+    name: str
+    params: dict = {}
+    deterministic = False  # no randomness: rows are independent of each other and of the generator
+
+    def make(self):
+        return make_verifier(self.name, **self.params)
+
+    def test_declares_itself(self):
+        v = self.make()
+        assert isinstance(type(v).lossless, bool)
+        assert isinstance(type(v).needs_probs, bool)
+        assert type(v).bounds and type(v).paper
+
+    @pytest.mark.parametrize("tree", [None, (-1, -1, 0, 1, 2)], ids=["chain", "tree"])
+    def test_verdict_shapes_and_ranges(self, tree):
+        proposal, scores = random_round(0, tree)
+        verdict = self.make().verify(proposal, scores, torch.Generator().manual_seed(0))
+        assert isinstance(verdict, Verdict)
+        assert verdict.num_accepted.shape == (B,) and verdict.num_accepted.dtype == torch.int64
+        assert verdict.next_tokens.shape == (B,) and verdict.next_tokens.dtype == torch.int64
+        depth = K if tree is None else 3
+        assert bool(((verdict.num_accepted >= 0) & (verdict.num_accepted <= depth)).all())
+        assert bool(((verdict.next_tokens >= 0) & (verdict.next_tokens < V)).all())
+        if tree is not None:
+            assert verdict.path is not None and verdict.path.shape[0] == B
+            for row in range(B):  # the path is a root-down chain of nodes of the accepted length
+                path = [int(i) for i in verdict.path[row] if i >= 0]
+                assert len(path) == int(verdict.num_accepted[row])
+                assert all(tree[c] == (path[j - 1] if j else -1) for j, c in enumerate(path))
+
+    def test_seeded_determinism(self):
+        proposal, scores = random_round(1)
+        a = self.make().verify(proposal, scores, torch.Generator().manual_seed(7))
+        b = self.make().verify(proposal, scores, torch.Generator().manual_seed(7))
+        assert torch.equal(a.num_accepted, b.num_accepted) and torch.equal(a.next_tokens, b.next_tokens)
+
+    def test_inputs_not_mutated(self):
+        proposal, scores = random_round(2)
+        before = [t.clone() for t in (proposal.tokens, proposal.probs, scores.logits, scores.probs)]
+        self.make().verify(proposal, scores, torch.Generator().manual_seed(0))
+        for old, new in zip(before, (proposal.tokens, proposal.probs, scores.logits, scores.probs)):
+            assert torch.equal(old, new)
+
+    def test_batch_rows_independent(self):
+        if not self.deterministic:
+            pytest.skip("sampling rules share one generator across rows; covered by the distribution tests")
+        proposal, scores = random_round(3)
+        whole = self.make().verify(proposal, scores)
+        for row in range(B):
+            one = self.make().verify(
+                Proposal(proposal.tokens[row : row + 1], proposal.probs[row : row + 1]),
+                TargetScores(scores.logits[row : row + 1], scores.probs[row : row + 1]),
+            )
+            assert int(one.num_accepted) == int(whole.num_accepted[row])
+            assert int(one.next_tokens) == int(whole.next_tokens[row])
+
+    def test_accepts_everything_when_draft_is_target(self):
+        proposal, scores = agreeing_round(4)
+        verdict = self.make().verify(proposal, scores, torch.Generator().manual_seed(0))
+        if type(self.make()).lossless and (self.deterministic or proposal.probs is not None):
+            assert bool((verdict.num_accepted == K).all()), verdict.num_accepted
+
+    @pytest.mark.gpu
+    def test_runs_on_cuda(self):
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+        proposal, scores = random_round(5)
+        dev = torch.device("cuda")
+        proposal = Proposal(proposal.tokens.to(dev), proposal.probs.to(dev))
+        scores = TargetScores(scores.logits.to(dev), scores.probs.to(dev))
+        verdict = self.make().verify(proposal, scores, torch.Generator(device=dev).manual_seed(0))
+        assert verdict.num_accepted.device.type == "cuda" and verdict.next_tokens.device.type == "cuda"
+
+
+class TestGreedy(VerifierContract):
+    name = "greedy"
+    deterministic = True
+
+
+class TestSpeculative(VerifierContract):
+    name = "speculative"
+
+
+class TestDeterministicDraft(VerifierContract):
+    name = "deterministic"
+
+    def test_accepts_everything_when_draft_is_target(self):
+        """q = one-hot: a draft token is accepted with probability p(x); p one-hot on the draft accepts all."""
+        proposal, scores = agreeing_round(4)
+        sharp = 1e4 * torch.nn.functional.one_hot(scores.logits.argmax(-1), V).float()
+        verdict = self.make().verify(proposal, TargetScores(sharp, torch.softmax(sharp, -1)), torch.Generator().manual_seed(0))
+        assert bool((verdict.num_accepted == K).all())
+
+
+class TestMultiDraft(VerifierContract):
+    name = "multi-draft"
+
+
+def test_every_registered_rule_has_a_contract_test():
+    tested = {cls.name for cls in VerifierContract.__subclasses__()}
+    builtin = {n for n in VERIFIERS.names() if not n.startswith("test-")}
+    assert builtin <= tested, f"verifiers without contract tests: {sorted(builtin - tested)}"
+
+
+def test_unknown_verifier_is_a_clear_error():
+    with pytest.raises(KeyError, match="registered"):
+        make_verifier("no-such-rule")
