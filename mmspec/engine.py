@@ -85,6 +85,7 @@ class SpeculativeEngine:
             input_ids=input_ids, attention_mask=attention_mask, model_kwargs=model_kwargs,
             placeholder_ids=self.placeholder_ids, sampling=sampling, vocab_size=self.vocab_size,
             pad_token_id=self.pad_token_id, need_probs=verifier.needs_probs and not sampling.greedy,
+            target_runner=target,
         ))  # fmt: skip
         stats.prefill_seconds = time.perf_counter() - t_start
         generated = [x_t[:, None]]

@@ -109,6 +109,18 @@ class ModelRunner:
         self.forwards += 1
         return logits[:, -1, : self.vocab_size]
 
+    def prefill_from(self, other: "ModelRunner", num_layers: int) -> None:
+        """Start from ``other``'s committed state instead of running a prefill: copy its first ``num_layers`` layers
+        of KV (exact for a model that shares those layers, e.g. an early-exit draft of the same target)."""
+        if other.pending:
+            raise ValueError(f"prefill_from: the source runner has {other.pending} uncommitted tokens; commit first")
+        self.cache = DynamicCache(config=self.model.config)
+        for i in range(num_layers):
+            src = other.cache.layers[i]
+            self.cache.update(src.keys, src.values, i)  # a copy: the two caches never alias
+        self.padded, self.mask, self.next_pos = other.padded, other.mask.clone(), other.next_pos.clone()
+        self.pending, self.parents, self.depth = 0, [], []
+
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None) -> torch.Tensor:
         """Append ``tokens [B, L]`` tentatively; returns their logits [B, L, V].

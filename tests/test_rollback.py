@@ -102,3 +102,21 @@ def test_commit_rejects_non_prefix(llama_pair):
     runner.extend(torch.tensor([[5, 6]]), [-1, -1])  # two siblings: "keep 2" is no chain prefix
     with pytest.raises(ValueError, match="keep"):
         runner.commit(2)
+
+
+@pytest.mark.parametrize("name", ["llama", "llava"])
+def test_early_exit_reuses_target_prefill_kv(name, llama_pair, llava_trio, qwen_pair):
+    """An early-exit draft started from the target's prefill KV computes what its own prefill would."""
+    from mmspec.drafters.early_exit import EarlyExitRunner
+
+    model, ids, mask, kw = _models(name, llama_pair, llava_trio, qwen_pair)
+    target = ModelRunner(model)
+    target.prefill(ids, mask, **kw)
+    own, shared = EarlyExitRunner(model, target.vocab_size, 2), EarlyExitRunner(model, target.vocab_size, 2)
+    own.prefill(ids, mask, **kw)
+    shared.prefill_from(target, 2)
+    assert shared.forwards == 0 and not shared.cache.layers[2].is_initialized  # only the first 2 layers copied
+    tokens = torch.randint(3, 40, (2, 3), generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(shared.extend(tokens), own.extend(tokens), atol=ATOL, rtol=0)
+    target.extend(tokens[:, :1])  # the target's cache is untouched by the draft's extends
+    assert target.length == ids.shape[1] + 1

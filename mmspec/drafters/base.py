@@ -29,6 +29,7 @@ class DraftRequest:
     vocab_size: int = 0  # the shared (unpadded) vocabulary width
     pad_token_id: int = 0
     need_probs: bool = False  # whether proposals must carry q (the verifier uses it)
+    target_runner: object = None  # the target's ModelRunner right after its prefill (read-only: for KV reuse)
 
 
 class DraftSession:

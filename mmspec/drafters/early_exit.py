@@ -1,6 +1,8 @@
 """Early-exit self-speculation (LayerSkip / Draft & Verify style): the target's first ``n`` decoder layers, its
 final norm and its LM head draft; the full target verifies. No second model: the drafter is the target's own
-weights. The draft keeps its own KV cache for those n layers (the target's cache is never touched by drafts).
+weights. The draft keeps its own KV cache for those n layers (the target's cache is never touched by drafts), but
+it starts from a copy of the target's prefill KV for those layers: no second prefill and, for a VLM, no second
+pass of the vision tower. When no target runner is given, it prefills itself.
 
 Works with decoders of the Llama family (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``) standing alone
 or as the language model of a VLM; for a VLM the prompt embeddings (with image features merged) are taken from
@@ -71,7 +73,10 @@ class EarlyExitDraftSession(ModelDraftSession):
     def __init__(self, model, request: DraftRequest, num_layers: int):
         self.runner = EarlyExitRunner(model, request.vocab_size, num_layers)
         self.sampling, self.need_probs = request.sampling, request.need_probs
-        self.runner.prefill(request.input_ids, request.attention_mask, **request.model_kwargs)
+        if request.target_runner is not None and request.target_runner.model is model:
+            self.runner.prefill_from(request.target_runner, num_layers)  # reuse the target's first n layers of KV
+        else:
+            self.runner.prefill(request.input_ids, request.attention_mask, **request.model_kwargs)
         self.carry = request.input_ids.new_zeros((request.input_ids.shape[0], 0))
         self._feed, self._k = self.carry, 0
 
