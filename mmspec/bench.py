@@ -131,17 +131,17 @@ def save_plot(rows: list[BenchRow], path: str | Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     colors = {"ar": "#888888", "mmspec": "#1f77b4", "hf": "#ff7f0e"}
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
     names = [r.method for r in rows][::-1]
     ax.barh(names, [r.speedup_vs_ar for r in rows][::-1], color=[colors[r.family] for r in rows][::-1])
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.set_xlabel("speedup vs plain greedy decoding (tokens/s ratio, median of interleaved repetitions)")
-    ax.set_title(title)
-    for fam, c in colors.items():
-        ax.bar(0, 0, color=c, label=fam)
-    ax.legend(loc="lower right")
+    ax.set_xlim(left=0)
+    ax.set_xlabel("speedup vs plain greedy decoding (tokens/s ratio, medians)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(handles=[Patch(color=c, label=f) for f, c in colors.items()], loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -51,7 +51,10 @@ def zoo_train(args) -> None:
     from .zoo import ZOO
 
     entry = ZOO.get(args.name)
-    card = entry.train(args.out or entry.path, **({"smoke": True} if args.smoke else {}))
+    options = {"smoke": True} if args.smoke else {}
+    if args.only:
+        options["only"] = tuple(args.only.split(","))
+    card = entry.train(args.out or entry.path, **options)
     print(card)
 
 
@@ -76,6 +79,7 @@ def main(argv=None) -> None:
     t.add_argument("name")
     t.add_argument("--out", default=None, help="output folder (default: the bundled weights folder)")
     t.add_argument("--smoke", action="store_true", help="a few steps only (checks the recipe runs)")
+    t.add_argument("--only", default=None, help="retrain just these models, comma-separated (e.g. target)")
     t.set_defaults(func=zoo_train)
     args = parser.parse_args(argv)
     args.func(args)

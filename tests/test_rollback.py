@@ -120,3 +120,24 @@ def test_early_exit_reuses_target_prefill_kv(name, llama_pair, llava_trio, qwen_
     torch.testing.assert_close(shared.extend(tokens), own.extend(tokens), atol=ATOL, rtol=0)
     target.extend(tokens[:, :1])  # the target's cache is untouched by the draft's extends
     assert target.length == ids.shape[1] + 1
+
+
+@pytest.mark.parametrize("name", ["llama", "llava", "qwen2vl"])
+def test_early_exit_logits_equal_target_when_later_layers_do_nothing(name, llama_pair, llava_trio, qwen_pair):
+    """First n layers + head == the target when layers >= n are identities: the draft's positions (M-RoPE too),
+    masks and reused KV must then reproduce the target's logits exactly, across rounds and rollbacks."""
+    from mmspec.drafters.early_exit import EarlyExitRunner
+    from tests.test_engine_greedy import _identity_after
+
+    model, ids, mask, kw = _models(name, llama_pair, llava_trio, qwen_pair)
+    model = _identity_after(model, 1)
+    target = ModelRunner(model)
+    target.prefill(ids, mask, **kw)
+    draft = EarlyExitRunner(model, target.vocab_size, 1)
+    draft.prefill_from(target, 1)
+    g = torch.Generator().manual_seed(5)
+    for extend, keep in [(3, 1), (2, 2), (4, 0)]:
+        tokens = torch.randint(3, 40, (2, extend), generator=g)
+        torch.testing.assert_close(draft.extend(tokens), target.extend(tokens), atol=ATOL, rtol=0)
+        draft.commit(keep)
+        target.commit(keep)

@@ -5,7 +5,7 @@ it starts from a copy of the target's prefill KV for those layers: no second pre
 pass of the vision tower. When no target runner is given, it prefills itself.
 
 Works with decoders of the Llama family (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``) standing alone
-or as the language model of a VLM; for a VLM the prompt embeddings (with image features merged) are taken from
+or as the language model of a VLM, M-RoPE decoders (Qwen2-VL) included; for a VLM the prompt embeddings (with image features merged) are taken from
 the target's own embedding path.
 """
 
@@ -58,11 +58,12 @@ class EarlyExitRunner(ModelRunner):
             h = prompt_embeddings(self.model, input_ids, attention_mask, position_ids, model_kwargs)
         else:
             h = self.decoder.embed_tokens(input_ids)
+        text_positions = None if position_ids.dim() == 3 else position_ids  # M-RoPE: 3-D positions feed rope only
         mask = create_causal_mask(config=self.text_config, inputs_embeds=h, attention_mask=attention_mask,
-                                  past_key_values=self.cache, position_ids=position_ids)  # fmt: skip
+                                  past_key_values=self.cache, position_ids=text_positions)  # fmt: skip
         rope = self.decoder.rotary_emb(h, position_ids)
         for layer in self.decoder.layers[: self.num_layers]:
-            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=position_ids,
+            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
                       past_key_values=self.cache, use_cache=True)  # fmt: skip
             h = h[0] if isinstance(h, tuple) else h
         h = self.decoder.norm(h[:, -logits_to_keep:] if logits_to_keep else h)
@@ -92,8 +93,6 @@ class EarlyExitDrafter(Drafter):
         total = len(decoder.layers)
         if not isinstance(num_layers, int) or not 1 <= num_layers < total:
             raise ValueError(f"num_layers: expected an int in [1, {total - 1}] (the target has {total} layers), got {num_layers!r}")
-        if getattr(text_config_of(target), "rope_scaling", None) and "mrope_section" in (text_config_of(target).rope_scaling or {}):
-            raise ValueError("early-exit drafting does not support M-RoPE (Qwen2-VL) targets yet; use a model drafter")
         self.target, self.num_layers = target, num_layers
 
     def check_compatible(self, target, vocab_size: int) -> None:

@@ -218,9 +218,12 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def train(out_dir: str | Path, *, target_steps: int = 1200, drafter_steps: int = 1500, batch_size: int = 32,
-          seed: int = 0, smoke: bool = False) -> dict:  # fmt: skip
-    """Train the whole entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, card.json)."""
+def train(out_dir: str | Path, *, target_steps: int = 3000, drafter_steps: int = 1500, batch_size: int = 32,
+          target_lr: float = 1.5e-3, seed: int = 0, smoke: bool = False, only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
+    """Train the entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, card.json).
+
+    ``only``: retrain just these models (e.g. ``("target",)``); the others and their card entries stay as they are.
+    """
     from transformers import LlamaForCausalLM, LlavaForConditionalGeneration
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -235,21 +238,28 @@ def train(out_dir: str | Path, *, target_steps: int = 1200, drafter_steps: int =
     )
     image_id = tok.convert_tokens_to_ids("<image>")
     card = {"entry": ENTRY, "seed": seed, "batch_size": batch_size, "models": {}}
+    if only and (out_dir / "card.json").exists():
+        card = json.loads((out_dir / "card.json").read_text())
     plan = [
         ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, **ids)), False, drafter_steps, 2e-3),
         ("drafter-vlm", lambda: LlavaForConditionalGeneration(vlm_config(DRAFTER_SIZES, image_token_id=image_id, **ids)),
          True, drafter_steps, 2e-3),
         ("target", lambda: LlavaForConditionalGeneration(vlm_config(TARGET_SIZES, image_token_id=image_id, **ids)),
-         True, target_steps, 1e-3),
+         True, target_steps, target_lr),
     ]  # fmt: skip
+    names = [p[0] for p in plan]
+    if only and not set(only) <= set(names):
+        raise ValueError(f"only: expected names among {names}, got {list(only)}")
     for name, build, with_image, steps, lr in plan:
+        if only and name not in only:
+            continue
         torch.manual_seed(seed)
         model = build()
         t0 = time.perf_counter()
         losses = train_model(model, processor, with_image=with_image, steps=2 if smoke else steps,
                              batch_size=4 if smoke else batch_size, lr=lr, seed=seed, desc=f"train {name}")  # fmt: skip
         seconds = time.perf_counter() - t0
-        entry = {"parameters": count_parameters(model), "steps": steps, "train_seconds": round(seconds, 1),
+        entry = {"parameters": count_parameters(model), "steps": steps, "lr": lr, "train_seconds": round(seconds, 1),
                  "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
         if with_image:
             entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
