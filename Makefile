@@ -3,7 +3,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -15,9 +15,13 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(VPY) -m mmspec.cli demo
+	$(VPY) demos/caption_shapes.py --out out/captions.png
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VPY) -m ruff check mmspec tests demos
 
 bench: $(STAMP)
 	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json

@@ -94,7 +94,7 @@ DRAFTER_SIZES = Sizes(128, 2, 4, 384, 64, 1, 2)
 
 
 def vlm_config(sizes: Sizes, vocab_size: int, image_token_id: int, pad_id: int, bos_id: int, eos_id: int):
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+    from transformers import CLIPVisionConfig, LlavaConfig
 
     vision = CLIPVisionConfig(
         hidden_size=sizes.vision_hidden,
