@@ -10,10 +10,11 @@ from .modalities.vlm import VLMSpeculator
 from .sampling import SamplingParams
 from .types import GenerationOutput, Proposal, SpecStats, TargetScores, Verdict
 from .verifiers import VERIFIERS, Verifier, make_verifier
+from . import zoo
 
 __version__ = "0.1.0"
 __all__ = [
     "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "ModelDrafter", "NgramDrafter", "Proposal",
     "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
-    "Verdict", "Verifier", "make_verifier",
+    "Verdict", "Verifier", "make_verifier", "zoo",
 ]  # fmt: skip
