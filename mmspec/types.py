@@ -14,6 +14,7 @@ class Proposal:
     tokens: torch.Tensor  # [B, K] int64 draft tokens (K may be 0); a tree: K nodes in BFS order
     probs: torch.Tensor | None = None  # [B, K, V] q each token was drawn from, or None (deterministic draft)
     parents: tuple[int, ...] | None = None  # tree only: parent node per token, -1 = the pending token x_t
+    meta: dict = field(default_factory=dict)  # rule-specific inputs, e.g. {"positions": [B, K] absolute positions}
 
     @property
     def k(self) -> int:
@@ -41,6 +42,7 @@ class Verdict:
     num_accepted: torch.Tensor  # [B] int64, 0..K: accepted draft prefix length (tree: accepted path length)
     next_tokens: torch.Tensor  # [B] int64: correction token at position num_accepted (bonus if all accepted)
     path: torch.Tensor | None = None  # [B, depth] tree only: accepted node indices root-down, -1 padded
+    extras: dict = field(default_factory=dict)  # rule-specific outputs (Jacobi's next window, skip counts, ...)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Callable, ClassVar
 
 import torch
 
@@ -41,3 +42,13 @@ def make_verifier(name: str, **params) -> Verifier:
 def first_rejection(accept: torch.Tensor) -> torch.Tensor:
     """accept [B, K] bool -> number of leading Trues per row, int64 [B] (0..K)."""
     return accept.to(torch.int64).cumprod(-1).sum(-1)
+
+
+@dataclass
+class BenchCase:
+    """One row of ``mmspec bench verifiers``: the vectorised rule and its per-position reference loop, both
+    closed over the same inputs (and the same pre-drawn randomness) so they compute the same thing."""
+
+    name: str  # registered verifier name (plus a mode, e.g. "lantern (lambda)")
+    vectorised: Callable[[], object]
+    reference: Callable[[], object]
