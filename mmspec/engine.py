@@ -75,6 +75,9 @@ class SpeculativeEngine:
         policy = POLICIES.get(cfg.draft_length_policy)(cfg.num_draft_tokens, cfg.max_draft_tokens, **cfg.draft_length_params)
         eos = torch.tensor(cfg.eos_ids, device=device, dtype=torch.long)
         tree = TreeSpec(tuple(cfg.tree)) if cfg.tree is not None else None
+        if tree is not None and not verifier.supports_trees:
+            raise ValueError(f"tree: the {cfg.verifier_name!r} verifier checks token chains only; drop `tree` or use "
+                             "a tree verifier (greedy, speculative, deterministic, multi-draft)")  # fmt: skip
         stats = SpecStats()
         t_start = time.perf_counter()
 

@@ -20,6 +20,7 @@ class Verifier:
 
     lossless: ClassVar[bool]
     needs_probs: ClassVar[bool] = True  # whether TargetScores.probs must be filled in
+    supports_trees: ClassVar[bool] = False  # whether token trees (Proposal.parents) are verified; else chains only
     bounds: ClassVar[str] = "exact: output law equals the target's"
     paper: ClassVar[str] = ""
 

@@ -16,6 +16,7 @@ class GreedyVerifier(Verifier):
 
     lossless = True
     needs_probs = False
+    supports_trees = True
     bounds = "exact: token-identical to greedy decoding of the target"
     paper = "Leviathan et al. 2023; Chen et al. 2023"
 
@@ -30,33 +31,46 @@ class GreedyVerifier(Verifier):
         return Verdict(num_accepted=n, next_tokens=next_tokens)
 
 
+def draft_uniforms(x: torch.Tensor, generator) -> torch.Tensor:
+    """One float64 uniform per draft position, [B, K] (float32 could give exactly 0)."""
+    return torch.rand(x.shape, dtype=torch.float64, device=x.device, generator=generator)
+
+
+def token_probs(p: torch.Tensor, q: torch.Tensor | None, x: torch.Tensor):
+    """p(x_i), q(x_i) in float64 at each draft position -> ([B, K], [B, K]); q None = one-hot q (q(x) = 1)."""
+    k = x.shape[1]
+    p_x = p[:, :k].gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
+    q_x = torch.ones_like(p_x) if q is None else q.gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
+    return p_x, q_x
+
+
+def residual_weights(p: torch.Tensor, q: torch.Tensor | None, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """max(0, p_n - q_n) at each row's stop position n [B] -> unnormalised weights [B, V].
+
+    q None = one-hot at the draft (p with x removed). At n = K (all accepted) q = 0: the bonus is drawn from p_K.
+    A numerically empty residual falls back to p_n (never uniform, never NaN).
+    """
+    rows = torch.arange(x.shape[0], device=x.device)
+    p_n = p[rows, n]  # [B, V]
+    q_all = torch.nn.functional.one_hot(x, p.shape[-1]).to(p.dtype) if q is None else q.to(p.dtype)  # [B, K, V]
+    q_n = torch.cat([q_all, torch.zeros_like(p_n[:, None])], dim=1)[rows, n]  # [B, V]
+    residual = (p_n - q_n).clamp_min(0)  # [B, V]
+    return torch.where(residual.sum(-1, keepdim=True) <= 1e-12, p_n, residual)
+
+
 def _residual_rule(proposal: Proposal, scores: TargetScores, generator, q: torch.Tensor | None) -> Verdict:
     """Accept x_i iff u_i <= p_i(x_i)/q_i(x_i); at the first rejection sample norm(max(0, p - q)).
 
     q None means a deterministic draft (q = one-hot at x_i): accept with probability p(x_i), and on rejection
     sample p with x_i removed.
     """
-    x = proposal.tokens  # [B, K]
-    p = scores.probs  # [B, K+1, V]
+    x, p = proposal.tokens, scores.probs  # [B, K], [B, K+1, V]
     if p is None:
         raise ValueError("scores.probs: this verifier needs the processed target distributions, got None")
-    b, k = x.shape
-    p_x = p[:, :k].gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
-    q_x = torch.ones_like(p_x) if q is None else q.gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
-    u = torch.rand((b, k), dtype=torch.float64, device=x.device, generator=generator)  # [B, K]
+    p_x, q_x = token_probs(p, q, x)  # [B, K]
+    u = draft_uniforms(x, generator)  # [B, K]
     n = first_rejection(u * q_x <= p_x)  # [B]; u <= p/q without dividing by q = 0
-
-    rows = torch.arange(b, device=x.device)
-    p_n = p[rows, n]  # [B, V] target distribution at the stop position
-    if q is None:
-        q_n = torch.nn.functional.one_hot(x, p.shape[-1]).to(p.dtype)  # [B, K, V]
-    else:
-        q_n = q.to(p.dtype)
-    q_n = torch.cat([q_n, torch.zeros_like(p_n[:, None])], dim=1)[rows, n]  # [B, V]; bonus position: q = 0
-    residual = (p_n - q_n).clamp_min(0)  # [B, V]
-    empty = residual.sum(-1, keepdim=True) <= 1e-12  # numerically zero residual: fall back to p
-    residual = torch.where(empty, p_n, residual)
-    return Verdict(num_accepted=n, next_tokens=sample(residual, generator))
+    return Verdict(num_accepted=n, next_tokens=sample(residual_weights(p, q, x, n), generator))
 
 
 @VERIFIERS.register("speculative")
@@ -64,6 +78,7 @@ class SpeculativeSamplingVerifier(Verifier):
     """Speculative sampling with the residual correction; uses the drafter's q, or one-hot q when it has none."""
 
     lossless = True
+    supports_trees = True
     paper = "Leviathan et al. 2023; Chen et al. 2023"
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
@@ -77,6 +92,7 @@ class DeterministicDraftVerifier(Verifier):
     """Speculative sampling for drafts without distributions (n-gram, prompt lookup, argmax drafters)."""
 
     lossless = True
+    supports_trees = True
     paper = "METHODS.md §1 (one-hot q); prompt lookup decoding"
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
@@ -90,6 +106,7 @@ class MultiDraftTreeVerifier(Verifier):
     """Recursive rejection over siblings for token trees (SpecInfer); a chain is a tree of width 1."""
 
     lossless = True
+    supports_trees = True
     paper = "Miao et al. 2024 (SpecInfer); Chen et al. 2023"
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
