@@ -162,3 +162,10 @@ def test_every_registered_rule_has_a_contract_test():
 def test_unknown_verifier_is_a_clear_error():
     with pytest.raises(KeyError, match="registered"):
         make_verifier("no-such-rule")
+
+
+@pytest.mark.parametrize("case", __import__("mmspec.verifiers.exact", fromlist=["bench_cases"]).bench_cases(4, 3, 40, 1),
+                         ids=lambda c: c.name)  # fmt: skip
+def test_exact_rules_equal_their_reference_loops(case):
+    fast, slow = case.vectorised(), case.reference()
+    assert torch.equal(fast.num_accepted, slow.num_accepted) and torch.equal(fast.next_tokens, slow.next_tokens)

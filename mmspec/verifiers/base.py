@@ -40,6 +40,23 @@ def make_verifier(name: str, **params) -> Verifier:
         raise TypeError(f"verifier {name!r}: bad parameters {params}: {e}") from None
 
 
+def check_param(name: str, value, ok: bool, expected: str) -> None:
+    """Raise the standard clear error for a bad verifier parameter."""
+    if not ok:
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+
+
+def require_chain(proposal: Proposal, rule: str) -> None:
+    if proposal.is_tree:
+        raise ValueError(f"proposal: the {rule!r} verifier takes token chains, got a token tree (tree=...)")
+
+
+def require_probs(scores: TargetScores, rule: str) -> torch.Tensor:
+    if scores.probs is None:
+        raise ValueError(f"scores.probs: the {rule!r} verifier needs the processed target distributions, got None")
+    return scores.probs
+
+
 def first_rejection(accept: torch.Tensor) -> torch.Tensor:
     """accept [B, K] bool -> number of leading Trues per row, int64 [B] (0..K)."""
     return accept.to(torch.int64).cumprod(-1).sum(-1)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import sample
 from ..types import Proposal, TargetScores, Verdict
-from .base import VERIFIERS, Verifier, first_rejection
+from .base import VERIFIERS, BenchCase, Verifier, first_rejection
 from .tree import verify_tree_greedy, verify_tree_sampling
 
 
@@ -52,25 +51,40 @@ def residual_weights(p: torch.Tensor, q: torch.Tensor | None, x: torch.Tensor, n
     """
     rows = torch.arange(x.shape[0], device=x.device)
     p_n = p[rows, n]  # [B, V]
-    q_all = torch.nn.functional.one_hot(x, p.shape[-1]).to(p.dtype) if q is None else q.to(p.dtype)  # [B, K, V]
-    q_n = torch.cat([q_all, torch.zeros_like(p_n[:, None])], dim=1)[rows, n]  # [B, V]
+    drafted = (n < x.shape[1])[:, None]  # [B, 1]; False at the bonus position
+    at = n.clamp(max=max(x.shape[1] - 1, 0))  # [B] (only read where drafted)
+    if x.shape[1] == 0:
+        q_n = torch.zeros_like(p_n)
+    elif q is None:
+        q_n = torch.nn.functional.one_hot(x[rows, at], p.shape[-1]).to(p.dtype) * drafted  # [B, V]
+    else:
+        q_n = q[rows, at].to(p.dtype) * drafted  # [B, V]
     residual = (p_n - q_n).clamp_min(0)  # [B, V]
     return torch.where(residual.sum(-1, keepdim=True) <= 1e-12, p_n, residual)
 
 
-def _residual_rule(proposal: Proposal, scores: TargetScores, generator, q: torch.Tensor | None) -> Verdict:
+def residual_noise(p: torch.Tensor, generator) -> torch.Tensor:
+    """Exp(1) noise [B, V] for one exponential-race sample per row (exactly what :func:`sample` draws)."""
+    return torch.empty((p.shape[0], p.shape[-1]), dtype=torch.float32, device=p.device).exponential_(generator=generator)
+
+
+def speculative_core(x, p, q, u, e) -> Verdict:
     """Accept x_i iff u_i <= p_i(x_i)/q_i(x_i); at the first rejection sample norm(max(0, p - q)).
 
-    q None means a deterministic draft (q = one-hot at x_i): accept with probability p(x_i), and on rejection
-    sample p with x_i removed.
+    x [B, K]; p [B, K+1, V]; q [B, K, V] or None (one-hot q: accept with probability p(x_i), on rejection sample
+    p with x_i removed); u [B, K] uniforms; e [B, V] Exp(1) noise for the exponential-race residual sample.
     """
+    p_x, q_x = token_probs(p, q, x)  # [B, K]
+    n = first_rejection(u * q_x <= p_x)  # [B]; u <= p/q without dividing by q = 0
+    return Verdict(num_accepted=n, next_tokens=(residual_weights(p, q, x, n).float() / e).argmax(-1))
+
+
+def _residual_rule(proposal: Proposal, scores: TargetScores, generator, q: torch.Tensor | None) -> Verdict:
     x, p = proposal.tokens, scores.probs  # [B, K], [B, K+1, V]
     if p is None:
         raise ValueError("scores.probs: this verifier needs the processed target distributions, got None")
-    p_x, q_x = token_probs(p, q, x)  # [B, K]
     u = draft_uniforms(x, generator)  # [B, K]
-    n = first_rejection(u * q_x <= p_x)  # [B]; u <= p/q without dividing by q = 0
-    return Verdict(num_accepted=n, next_tokens=sample(residual_weights(p, q, x, n), generator))
+    return speculative_core(x, p, q, u, residual_noise(p, generator))
 
 
 @VERIFIERS.register("speculative")
@@ -114,3 +128,63 @@ class MultiDraftTreeVerifier(Verifier):
         tree = proposal if proposal.is_tree else Proposal(proposal.tokens, proposal.probs, tuple(range(-1, k - 1)))
         verdict = verify_tree_sampling(tree, scores, generator)
         return verdict if proposal.is_tree else Verdict(verdict.num_accepted, verdict.next_tokens)
+
+
+# -- per-position reference loops (test oracles, and the baseline of ``mmspec bench verifiers``) -------------------
+def reference_residual_sample(p_row, q_row, x_row, n: int, e_row) -> int:
+    """One row's residual sample at stop position n: torch ops along the vocabulary only."""
+    k = x_row.shape[0]
+    if n < k:
+        q_n = torch.nn.functional.one_hot(x_row[n], p_row.shape[-1]).to(p_row.dtype) if q_row is None else q_row[n]
+    else:
+        q_n = torch.zeros_like(p_row[n])
+    weights = (p_row[n] - q_n).clamp_min(0)
+    if float(weights.sum()) <= 1e-12:
+        weights = p_row[n]
+    return int((weights.float() / e_row).argmax())
+
+
+def reference_speculative(x, p, q, u, e) -> Verdict:
+    b, k = x.shape
+    n_out, tok_out = [], []
+    for row in range(b):
+        n = k
+        for i in range(k):
+            px = float(p[row, i, x[row, i]])
+            qx = 1.0 if q is None else float(q[row, i, x[row, i]])
+            if not float(u[row, i]) * qx <= px:
+                n = i
+                break
+        n_out.append(n)
+        tok_out.append(reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
+    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+
+
+def reference_greedy(x, logits) -> Verdict:
+    b, k = x.shape
+    n_out, tok_out = [], []
+    for row in range(b):
+        n = next((i for i in range(k) if int(x[row, i]) != int(logits[row, i].argmax())), k)
+        n_out.append(n)
+        tok_out.append(int(logits[row, n].argmax()))
+    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+
+
+def greedy_core(x, logits) -> Verdict:
+    return GreedyVerifier().verify(Proposal(x), TargetScores(logits))
+
+
+def bench_cases(batch: int = 8, k: int = 8, vocab: int = 16384, seed: int = 0) -> list[BenchCase]:
+    """Vectorised exact rules vs their per-position reference loops on identical random inputs."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.softmax(2 * torch.randn(batch, k, vocab, generator=g), -1)  # [B, K, V]
+    x = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(batch, k)  # [B, K]
+    logits = 2 * torch.randn(batch, k + 1, vocab, generator=g)  # [B, K+1, V]
+    p = torch.softmax(logits, -1)
+    u = torch.rand(batch, k, dtype=torch.float64, generator=g)
+    e = torch.empty(batch, vocab).exponential_(generator=g)
+    return [
+        BenchCase("greedy", lambda: greedy_core(x, logits), lambda: reference_greedy(x, logits)),
+        BenchCase("speculative", lambda: speculative_core(x, p, q, u, e), lambda: reference_speculative(x, p, q, u, e)),
+        BenchCase("deterministic", lambda: speculative_core(x, p, None, u, e), lambda: reference_speculative(x, p, None, u, e)),
+    ]  # fmt: skip

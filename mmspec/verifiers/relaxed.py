@@ -15,34 +15,21 @@ rule                relaxation                                               exa
 =================== ======================================================== ==================================
 
 Each vectorised rule is a core function of explicit random draws; ``reference_*`` functions compute the same
-verdicts with plain per-row, per-position loops (test oracles and the ``mmspec bench verifiers`` baseline).
+verdicts with plain Python loops over rows and positions (torch ops along the vocabulary only): the test oracles
+and the ``mmspec bench verifiers`` baseline.
 """
 
 from __future__ import annotations
 
-import math
 
 import torch
 
-from ..types import Proposal, TargetScores, Verdict
-from .base import VERIFIERS, BenchCase, Verifier, first_rejection
-from .exact import draft_uniforms, residual_weights, token_probs
+from ..types import Verdict
+from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain, require_probs
+from .exact import draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
 
 
-def _need_probs(scores: TargetScores, rule: str) -> torch.Tensor:
-    if scores.probs is None:
-        raise ValueError(f"scores.probs: the {rule!r} verifier needs the processed target distributions, got None")
-    return scores.probs
 
-
-def _chain_only(proposal: Proposal, rule: str) -> None:
-    if proposal.is_tree:
-        raise ValueError(f"proposal: the {rule!r} verifier takes token chains, got a token tree (tree=...)")
-
-
-def _check(name: str, value, ok: bool, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -69,20 +56,15 @@ class SSDToleranceVerifier(Verifier):
     paper = "SSD (speculative decoding for speech/TTS), METHODS.md §3"
 
     def __init__(self, beta: float = 0.1):
-        _check("beta", beta, isinstance(beta, (int, float)) and beta >= 0, "a number >= 0")
+        check_param("beta", beta, isinstance(beta, (int, float)) and beta >= 0, "a number >= 0")
         self.beta = float(beta)
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "ssd")
-        p, x = _need_probs(scores, "ssd"), proposal.tokens
+        require_chain(proposal, "ssd")
+        p, x = require_probs(scores, "ssd"), proposal.tokens
         u = draft_uniforms(x, generator)  # [B, K]
-        e = _exp_noise(p, generator)  # [B, V]
+        e = residual_noise(p, generator)  # [B, V]
         return ssd_core(x, p, proposal.probs, self.beta, u, e)
-
-
-def _exp_noise(p: torch.Tensor, generator) -> torch.Tensor:
-    """Exp(1) noise [B, V] for one exponential-race sample per row (what :func:`mmspec.sampling.sample` draws)."""
-    return torch.empty((p.shape[0], p.shape[-1]), dtype=torch.float32, device=p.device).exponential_(generator=generator)
 
 
 def reference_ssd(x, p, q, beta, u, e) -> Verdict:
@@ -98,25 +80,8 @@ def reference_ssd(x, p, q, beta, u, e) -> Verdict:
                 n = i
                 break
         n_out.append(n)
-        tok_out.append(_reference_residual_sample(p[r], None if q is None else q[r], x[r], n, e[r]))
+        tok_out.append(reference_residual_sample(p[r], None if q is None else q[r], x[r], n, e[r]))
     return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
-
-
-def _reference_residual_sample(p_row, q_row, x_row, n, e_row) -> int:
-    """Per-row residual sample with a plain loop over the vocabulary (reference only)."""
-    v = p_row.shape[-1]
-    k = x_row.shape[0]
-    weights = []
-    for t in range(v):
-        if n < k:
-            qt = (1.0 if t == int(x_row[n]) else 0.0) if q_row is None else float(q_row[n, t])
-        else:
-            qt = 0.0
-        weights.append(max(0.0, float(p_row[n, t]) - qt))
-    if sum(weights) <= 1e-12:
-        weights = [float(p_row[n, t]) for t in range(v)]
-    scores = [torch.tensor(w, dtype=torch.float32) / e_row[t] for t, w in enumerate(weights)]
-    return int(torch.stack(scores).argmax())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -151,13 +116,13 @@ class TopRVerifier(Verifier):
     paper = "UGSD (rank-relaxed acceptance), METHODS.md §3"
 
     def __init__(self, r: int = 3):
-        _check("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 1, "an int >= 1")
+        check_param("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 1, "an int >= 1")
         self.r = r
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "top-r")
-        p = _need_probs(scores, "top-r")
-        return top_r_core(proposal.tokens, scores.logits, p, self.r, _exp_noise(p, generator))
+        require_chain(proposal, "top-r")
+        p = require_probs(scores, "top-r")
+        return top_r_core(proposal.tokens, scores.logits, p, self.r, residual_noise(p, generator))
 
 
 def entropy(q: torch.Tensor) -> torch.Tensor:
@@ -189,18 +154,18 @@ class LikelihoodMarginVerifier(Verifier):
     paper = "CTC-based SSD (likelihood threshold, entropy gate), METHODS.md §3"
 
     def __init__(self, margin: float = 1.0, entropy_gate: float | None = None):
-        _check("margin", margin, isinstance(margin, (int, float)) and margin >= 0, "a number >= 0 (nats)")
-        _check("entropy_gate", entropy_gate, entropy_gate is None or (isinstance(entropy_gate, (int, float)) and entropy_gate > 0),
+        check_param("margin", margin, isinstance(margin, (int, float)) and margin >= 0, "a number >= 0 (nats)")
+        check_param("entropy_gate", entropy_gate, entropy_gate is None or (isinstance(entropy_gate, (int, float)) and entropy_gate > 0),
                "None or a number > 0 (nats)")  # fmt: skip
         self.margin, self.entropy_gate = float(margin), entropy_gate
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "margin")
-        p = _need_probs(scores, "margin")
+        require_chain(proposal, "margin")
+        p = require_probs(scores, "margin")
         if self.entropy_gate is not None and proposal.probs is None:
             raise ValueError("proposal.probs: the entropy gate needs the drafter's distributions, got None")
         return margin_core(proposal.tokens, scores.logits, p, proposal.probs, self.margin, self.entropy_gate,
-                           _exp_noise(p, generator))  # fmt: skip
+                           residual_noise(p, generator))  # fmt: skip
 
 
 def reference_rank_rules(x, logits, p, e, accept_fn) -> Verdict:
@@ -216,18 +181,15 @@ def reference_rank_rules(x, logits, p, e, accept_fn) -> Verdict:
 
 def reference_top_r(x, logits, p, r, e) -> Verdict:
     def accept(row, i):
-        lx = float(logits[row, i, x[row, i]])
-        return sum(1 for t in range(logits.shape[-1]) if float(logits[row, i, t]) > lx) < r
+        return int((logits[row, i] > logits[row, i, x[row, i]]).sum()) < r
 
     return reference_rank_rules(x, logits, p, e, accept)
 
 
 def reference_margin(x, logits, p, margin, e) -> Verdict:
     def accept(row, i):
-        row_logits = [float(v) for v in logits[row, i].double()]
-        top = max(row_logits)
-        lse = top + math.log(sum(math.exp(v - top) for v in row_logits))
-        return row_logits[int(x[row, i])] - lse >= top - lse - margin
+        logp = torch.log_softmax(logits[row, i].double(), -1)
+        return bool(logp[x[row, i]] >= logp.max() - margin)
 
     return reference_rank_rules(x, logits, p, e, accept)
 
@@ -263,11 +225,11 @@ class ActionToleranceVerifier(Verifier):
     paper = "Spec-VLA; KERV (Kalman fallback, kinematic tolerance), METHODS.md §3"
 
     def __init__(self, r: int = 1):
-        _check("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 0, "an int >= 0 (bins)")
+        check_param("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 0, "an int >= 0 (bins)")
         self.r = r
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "action-tolerance")
+        require_chain(proposal, "action-tolerance")
         x = proposal.tokens
         r = proposal.meta.get("tolerance")
         r = torch.full((x.shape[0],), self.r, device=x.device) if r is None else torch.as_tensor(r, device=x.device)
@@ -314,8 +276,8 @@ class KalmanActionFilter:
 
     def __init__(self, batch: int, dims: int, process_noise: float = 1e-2, obs_noise: float = 1e-1,
                  device=None, dtype=torch.float64):  # fmt: skip
-        _check("process_noise", process_noise, process_noise > 0, "a number > 0")
-        _check("obs_noise", obs_noise, obs_noise > 0, "a number > 0")
+        check_param("process_noise", process_noise, process_noise > 0, "a number > 0")
+        check_param("obs_noise", obs_noise, obs_noise > 0, "a number > 0")
         self.x = torch.zeros(batch, dims, 2, device=device, dtype=dtype)  # [B, D, 2] (position, velocity)
         self.P = torch.eye(2, device=device, dtype=dtype).expand(batch, dims, 2, 2) * 1e3  # [B, D, 2, 2]
         self.F = torch.tensor([[1.0, 1.0], [0.0, 1.0]], device=device, dtype=dtype)  # constant velocity
@@ -349,7 +311,7 @@ def build_neighbour_table(embeddings: torch.Tensor, k: int, normalize: bool = Tr
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings: expected a [V, D] codebook matrix, got shape {tuple(embeddings.shape)}")
     v = embeddings.shape[0]
-    _check("k", k, isinstance(k, int) and 0 <= k <= min(1000, v - 1), f"an int in [0, {min(1000, v - 1)}]")
+    check_param("k", k, isinstance(k, int) and 0 <= k <= min(1000, v - 1), f"an int in [0, {min(1000, v - 1)}]")
     e = embeddings.float()
     if normalize:
         e = torch.nn.functional.normalize(e, dim=-1)
@@ -418,17 +380,17 @@ class LanternVerifier(Verifier):
         if not isinstance(neighbours, torch.Tensor) or neighbours.dim() != 2:
             raise ValueError("neighbours: expected an int64 [V, k] table from build_neighbour_table(codebook, k), "
                              f"got {type(neighbours).__name__} {getattr(neighbours, 'shape', '')}")  # fmt: skip
-        _check("delta", delta, isinstance(delta, (int, float)) and 0 <= delta <= 1, "a number in [0, 1]")
-        _check("lam", lam, lam is None or (isinstance(lam, (int, float)) and lam >= 1), "None or a number >= 1")
+        check_param("delta", delta, isinstance(delta, (int, float)) and 0 <= delta <= 1, "a number in [0, 1]")
+        check_param("lam", lam, lam is None or (isinstance(lam, (int, float)) and lam >= 1), "None or a number >= 1")
         self.neighbours, self.delta, self.lam = neighbours.long(), float(delta), lam
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "lantern")
-        p, x = _need_probs(scores, "lantern"), proposal.tokens
+        require_chain(proposal, "lantern")
+        p, x = require_probs(scores, "lantern"), proposal.tokens
         if self.neighbours.shape[0] < p.shape[-1]:
             raise ValueError(f"neighbours: expected a row per vocabulary entry ({p.shape[-1]}), got {self.neighbours.shape[0]}")
         u = draft_uniforms(x, generator)
-        e = _exp_noise(p, generator)
+        e = residual_noise(p, generator)
         return lantern_core(x, p, proposal.probs, self.neighbours.to(x.device), self.delta, self.lam, u, e)
 
 
@@ -443,7 +405,7 @@ def reference_lantern(x, p, q, neighbours, delta, lam, u, e) -> Verdict:
             qx = 1.0 if q is None else float(q[row, i, xi])
             budget = (lam - 1.0) * px if lam is not None else delta
             c, m = 0.0, 0
-            for j, nbr in enumerate(neighbours[xi].tolist()):
+            for j, nbr in enumerate(neighbours[xi].tolist()):  # walk the neighbours nearest first
                 c_next = c + float(p[row, i, nbr])
                 if c_next > budget:
                     break
@@ -451,14 +413,13 @@ def reference_lantern(x, p, q, neighbours, delta, lam, u, e) -> Verdict:
             if not float(u[row, i]) * qx <= px + c:
                 n = i
                 p_stop = p[row, i].clone()
-                for nbr in neighbours[xi].tolist()[:m]:
-                    p_stop[nbr] = 0.0
+                p_stop[neighbours[xi, :m]] = 0.0
                 p_stop[xi] += c
                 break
         n_out.append(n)
         p_rel = p[row].clone()
         p_rel[n] = p_stop
-        tok_out.append(_reference_residual_sample(p_rel, None if q is None else q[row], x[row], n, e[row]))
+        tok_out.append(reference_residual_sample(p_rel, None if q is None else q[row], x[row], n, e[row]))
     return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
 
 
@@ -523,18 +484,18 @@ class GroupedSpeculativeVerifier(Verifier):
 
     def __init__(self, window: int = 7, prob_tol: float = 0.15, embeddings: torch.Tensor | None = None,
                  dist_threshold: float | None = None):  # fmt: skip
-        _check("window", window, isinstance(window, int) and not isinstance(window, bool) and window >= 0, "an int >= 0")
-        _check("prob_tol", prob_tol, isinstance(prob_tol, (int, float)) and prob_tol > 0, "a number > 0")
+        check_param("window", window, isinstance(window, int) and not isinstance(window, bool) and window >= 0, "an int >= 0")
+        check_param("prob_tol", prob_tol, isinstance(prob_tol, (int, float)) and prob_tol > 0, "a number > 0")
         if embeddings is not None and dist_threshold is None:
             dist_threshold = calibrate_distance_threshold(embeddings)
         self.window, self.prob_tol, self.embeddings, self.dist_threshold = window, float(prob_tol), embeddings, dist_threshold
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        _chain_only(proposal, "gsd")
-        p, x = _need_probs(scores, "gsd"), proposal.tokens
+        require_chain(proposal, "gsd")
+        p, x = require_probs(scores, "gsd"), proposal.tokens
         emb = None if self.embeddings is None else self.embeddings.to(x.device).float()
         u = draft_uniforms(x, generator)
-        e = _exp_noise(p, generator)
+        e = residual_noise(p, generator)
         return gsd_core(x, p, proposal.probs, self.window, self.prob_tol, emb, self.dist_threshold, u, e)
 
 
@@ -545,23 +506,22 @@ def reference_gsd(x, p, q, window, prob_tol, embeddings, dist_threshold, u, e) -
         n = k
         for i in range(k):
             xi = int(x[row, i])
-            probs = [float(v) for v in p[row, i]]
-            order = sorted(range(len(probs)), key=lambda t: -probs[t])  # stable, like argsort(stable=True)
-            rank = order.index(xi)
+            probs = p[row, i]
+            order = probs.argsort(descending=True, stable=True)  # one sort per position
+            rank = int((order == xi).nonzero())
             mass_p = mass_q = 0.0
-            for j in range(max(0, rank - window), min(len(order), rank + window + 1)):
-                y = order[j]
-                ok = abs(probs[y] - probs[xi]) < prob_tol
+            for y in order[max(0, rank - window) : rank + window + 1].tolist():
+                ok = abs(float(probs[y]) - float(probs[xi])) < prob_tol
                 if embeddings is not None:
                     ok = ok and float((embeddings[y] - embeddings[xi]).norm()) < dist_threshold
                 if ok or y == xi:
-                    mass_p += probs[y]
+                    mass_p += float(probs[y])
                     mass_q += (1.0 if y == xi else 0.0) if q is None else float(q[row, i, y])
             if not float(u[row, i]) * mass_q <= mass_p:
                 n = i
                 break
         n_out.append(n)
-        tok_out.append(_reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
+        tok_out.append(reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
     return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
 
 
