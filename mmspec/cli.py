@@ -55,6 +55,14 @@ def bench(args) -> None:
         print(f"\nrows written to {args.json}")
 
 
+def bench_verifiers(args) -> None:
+    from .bench_verifiers import bench_verifiers as run, markdown
+
+    rows, meta = run(batch=args.batch, k=args.k, vocab=args.vocab, reps=args.reps, json_path=args.json)
+    print("\nmmspec bench verifiers — vectorised rule vs per-position reference loop\n")
+    print(markdown(rows, meta))
+
+
 def zoo_train(args) -> None:
     from .zoo import ZOO
 
@@ -62,6 +70,9 @@ def zoo_train(args) -> None:
     options = {"smoke": True} if args.smoke else {}
     if args.only:
         options["only"] = tuple(args.only.split(","))
+    for key in ("target_steps", "target_lr"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
     card = entry.train(args.out or entry.path, **options)
     print(card)
 
@@ -82,12 +93,21 @@ def main(argv=None) -> None:
     v.add_argument("--json", default=None, help="write the rows as JSON here")
     v.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
     v.set_defaults(func=bench)
+    w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
+    w.add_argument("--batch", type=int, default=8)
+    w.add_argument("--k", type=int, default=8, help="draft length")
+    w.add_argument("--vocab", type=int, default=16384, help="vocabulary size (state dimension for continuous rules)")
+    w.add_argument("--reps", type=int, default=5)
+    w.add_argument("--json", default=None, help="write the rows as JSON here")
+    w.set_defaults(func=bench_verifiers)
     z = sub.add_parser("zoo", help="zoo entries").add_subparsers(dest="zoo_command", required=True)
     t = z.add_parser("train", help="retrain a zoo entry from scratch")
     t.add_argument("name")
     t.add_argument("--out", default=None, help="output folder (default: the bundled weights folder)")
     t.add_argument("--smoke", action="store_true", help="a few steps only (checks the recipe runs)")
     t.add_argument("--only", default=None, help="retrain just these models, comma-separated (e.g. target)")
+    t.add_argument("--target-steps", type=int, default=None, help="optimizer steps for the target (default 1500)")
+    t.add_argument("--target-lr", type=float, default=None, help="peak learning rate for the target (default 1e-3)")
     t.set_defaults(func=zoo_train)
     args = parser.parse_args(argv)
     args.func(args)

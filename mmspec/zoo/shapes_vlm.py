@@ -218,8 +218,8 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def train(out_dir: str | Path, *, target_steps: int = 3000, drafter_steps: int = 1500, batch_size: int = 32,
-          target_lr: float = 1.5e-3, seed: int = 0, smoke: bool = False, only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
+def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int = 1500, batch_size: int = 32,
+          target_lr: float = 1e-3, seed: int = 0, smoke: bool = False, only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
     """Train the entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, card.json).
 
     ``only``: retrain just these models (e.g. ``("target",)``); the others and their card entries stay as they are.
