@@ -174,17 +174,27 @@ def greedy_core(x, logits) -> Verdict:
     return GreedyVerifier().verify(Proposal(x), TargetScores(logits))
 
 
+def bench_inputs(batch: int, k: int, vocab: int, seed: int = 0, closeness: float = 0.3) -> dict:
+    """Random but realistic verification inputs: a drafter q close to the target p (most drafts accepted, so a
+    reference loop cannot stop early), drafts x ~ q, uniforms u and exponential-race noise e."""
+    g = torch.Generator().manual_seed(seed)
+    draft_logits = 4 * torch.randn(batch, k + 1, vocab, generator=g)  # [B, K+1, V]
+    q = torch.softmax(draft_logits[:, :k], -1)  # [B, K, V]
+    x = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(batch, k)  # [B, K]
+    logits = draft_logits + closeness * torch.randn(batch, k + 1, vocab, generator=g)  # [B, K+1, V]
+    return {"x": x, "q": q, "logits": logits, "p": torch.softmax(logits, -1),
+            "u": torch.rand(batch, k, dtype=torch.float64, generator=g),
+            "e": torch.empty(batch, vocab).exponential_(generator=g)}  # fmt: skip
+
+
 def bench_cases(batch: int = 8, k: int = 8, vocab: int = 16384, seed: int = 0) -> list[BenchCase]:
     """Vectorised exact rules vs their per-position reference loops on identical random inputs."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(2 * torch.randn(batch, k, vocab, generator=g), -1)  # [B, K, V]
-    x = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(batch, k)  # [B, K]
-    logits = 2 * torch.randn(batch, k + 1, vocab, generator=g)  # [B, K+1, V]
-    p = torch.softmax(logits, -1)
-    u = torch.rand(batch, k, dtype=torch.float64, generator=g)
-    e = torch.empty(batch, vocab).exponential_(generator=g)
+    d = bench_inputs(batch, k, vocab, seed)
+    x, q, logits, p, u, e = d["x"], d["q"], d["logits"], d["p"], d["u"], d["e"]
+    greedy_x = logits[:, :k].argmax(-1)  # greedy drafts that mostly match
+    greedy_x[:, k // 2 :] = x[:, k // 2 :]
     return [
-        BenchCase("greedy", lambda: greedy_core(x, logits), lambda: reference_greedy(x, logits)),
+        BenchCase("greedy", lambda: greedy_core(greedy_x, logits), lambda: reference_greedy(greedy_x, logits)),
         BenchCase("speculative", lambda: speculative_core(x, p, q, u, e), lambda: reference_speculative(x, p, q, u, e)),
         BenchCase("deterministic", lambda: speculative_core(x, p, None, u, e), lambda: reference_speculative(x, p, None, u, e)),
     ]  # fmt: skip

@@ -26,7 +26,7 @@ import torch
 
 from ..types import Verdict
 from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain, require_probs
-from .exact import draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
+from .exact import bench_inputs, draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
 
 
 
@@ -133,8 +133,8 @@ def entropy(q: torch.Tensor) -> torch.Tensor:
 
 def margin_core(x, logits, p, q, margin: float, entropy_gate: float | None, e) -> Verdict:
     k = x.shape[1]
-    logp = torch.log_softmax(logits[:, :k].double(), -1)  # [B, K, V] raw (temperature-1) target log-probs
-    ok = logp.gather(-1, x[..., None]).squeeze(-1) >= logp.amax(-1) - margin  # [B, K]
+    lk = logits[:, :k].double()  # [B, K, V]; log p = logit - logsumexp, and the logsumexp cancels on both sides
+    ok = lk.gather(-1, x[..., None]).squeeze(-1) >= lk.amax(-1) - margin  # [B, K]
     skipped = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)  # [B]
     if entropy_gate is not None:
         skipped = (entropy(q) < entropy_gate).all(-1)  # [B]: every draft confident -> no verification
@@ -188,8 +188,8 @@ def reference_top_r(x, logits, p, r, e) -> Verdict:
 
 def reference_margin(x, logits, p, margin, e) -> Verdict:
     def accept(row, i):
-        logp = torch.log_softmax(logits[row, i].double(), -1)
-        return bool(logp[x[row, i]] >= logp.max() - margin)
+        row_logits = logits[row, i].double()  # log p up to the row's logsumexp, which cancels
+        return bool(row_logits[x[row, i]] >= row_logits.max() - margin)
 
     return reference_rank_rules(x, logits, p, e, accept)
 
@@ -443,14 +443,15 @@ def gsd_group(x, p, window: int, prob_tol: float, embeddings, dist_threshold) ->
     """
     k = x.shape[1]
     pk = p[:, :k]  # [B, K, V]
-    order = pk.argsort(dim=-1, descending=True, stable=True)  # [B, K, V]
-    rank = order.argsort(dim=-1, stable=True).gather(-1, x[..., None])  # [B, K, 1] rank of x
+    order = pk.argsort(dim=-1, descending=True, stable=True)  # [B, K, V] the one sort
+    p_x_all = pk.gather(-1, x[..., None])  # [B, K, 1]
+    ids = torch.arange(pk.shape[-1], device=x.device)
+    rank = ((pk > p_x_all) | ((pk == p_x_all) & (ids < x[..., None]))).sum(-1, keepdim=True)  # [B, K, 1] stable rank
     offsets = torch.arange(-window, window + 1, device=x.device)  # [2w+1]
     idx = rank + offsets  # [B, K, 2w+1]
     inside = (idx >= 0) & (idx < pk.shape[-1])
     members = order.gather(-1, idx.clamp(0, pk.shape[-1] - 1))  # [B, K, 2w+1]
-    p_x = pk.gather(-1, x[..., None])  # [B, K, 1]
-    valid = inside & ((pk.gather(-1, members) - p_x).abs() < prob_tol)
+    valid = inside & ((pk.gather(-1, members) - p_x_all).abs() < prob_tol)
     if embeddings is not None:
         dist = (embeddings[members] - embeddings[x][..., None, :]).norm(dim=-1)  # [B, K, 2w+1]
         valid = valid & (dist < dist_threshold)
@@ -530,20 +531,15 @@ def reference_gsd(x, p, q, window, prob_tol, embeddings, dist_threshold, u, e) -
 # ---------------------------------------------------------------------------------------------------------------
 def bench_cases(batch: int = 8, k: int = 8, vocab: int = 16384, seed: int = 0) -> list[BenchCase]:
     """Vectorised rule vs per-position reference loop on identical random inputs (``mmspec bench verifiers``)."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(2 * torch.randn(batch, k, vocab, generator=g), -1)  # [B, K, V]
-    x = torch.multinomial(q.flatten(0, 1), 1, generator=g).view(batch, k)  # [B, K]
-    logits = 2 * torch.randn(batch, k + 1, vocab, generator=g)  # [B, K+1, V]
-    p = torch.softmax(logits, -1)
-    u = torch.rand(batch, k, dtype=torch.float64, generator=g)
-    e = torch.empty(batch, vocab).exponential_(generator=g)
-    codebook = torch.randn(vocab, 8, generator=g)
+    d = bench_inputs(batch, k, vocab, seed)
+    x, q, logits, p, u, e = d["x"], d["q"], d["logits"], d["p"], d["u"], d["e"]
+    codebook = torch.randn(vocab, 8, generator=torch.Generator().manual_seed(seed))
     neighbours = build_neighbour_table(codebook, 16)
     r = torch.full((batch,), 2)
     return [
         BenchCase("ssd", lambda: ssd_core(x, p, q, 0.1, u, e), lambda: reference_ssd(x, p, q, 0.1, u, e)),
         BenchCase("top-r", lambda: top_r_core(x, logits, p, 3, e), lambda: reference_top_r(x, logits, p, 3, e)),
-        BenchCase("margin", lambda: margin_core(x, logits, p, q, 1.0, None, e), lambda: reference_margin(x, logits, p, 1.0, e)),
+        BenchCase("margin", lambda: margin_core(x, logits, p, q, 2.0, None, e), lambda: reference_margin(x, logits, p, 2.0, e)),
         BenchCase("action-tolerance", lambda: action_tolerance_core(x, logits, r, None),
                   lambda: reference_action_tolerance(x, logits, r, None)),
         BenchCase("lantern (delta)", lambda: lantern_core(x, p, q, neighbours, 0.1, None, u, e),
