@@ -70,3 +70,22 @@ class BenchCase:
     name: str  # registered verifier name (plus a mode, e.g. "lantern (lambda)")
     vectorised: Callable[[], object]
     reference: Callable[[], object]
+
+
+def verifier_table() -> str:
+    """A markdown table of every registered verifier: name, lossless, what it bounds, parameters, paper."""
+    import inspect
+
+    lines = ["| verifier | lossless | trees | what it guarantees | parameters | paper |", "|---|---|---|---|---|---|"]
+    for name in VERIFIERS.names():
+        if name.startswith("test-"):
+            continue
+        cls = VERIFIERS.get(name)
+        params = [
+            f"`{p.name}={p.default!r}`" if p.default is not inspect.Parameter.empty else f"`{p.name}`"
+            for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]  # fmt: skip
+        lines.append(f"| `{name}` | {'yes' if cls.lossless else 'no'} | {'yes' if cls.supports_trees else 'no'} | "
+                     f"{cls.bounds} | {', '.join(params) or '—'} | {cls.paper} |")  # fmt: skip
+    return "\n".join(lines)
