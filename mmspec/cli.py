@@ -1,4 +1,4 @@
-"""The ``mmspec`` command: demo, bench, zoo train."""
+"""The ``mmspec`` command: demo, bench (vlm, verifiers), verifiers, zoo train."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ def bench_verifiers(args) -> None:
     print(markdown(rows, meta))
 
 
+def verifiers(args) -> None:
+    from .verifiers.base import verifier_table
+
+    print(verifier_table())
+
+
 def zoo_train(args) -> None:
     from .zoo import ZOO
 
@@ -100,6 +106,7 @@ def main(argv=None) -> None:
     w.add_argument("--reps", type=int, default=5)
     w.add_argument("--json", default=None, help="write the rows as JSON here")
     w.set_defaults(func=bench_verifiers)
+    sub.add_parser("verifiers", help="table of every registered verifier (markdown)").set_defaults(func=verifiers)
     z = sub.add_parser("zoo", help="zoo entries").add_subparsers(dest="zoo_command", required=True)
     t = z.add_parser("train", help="retrain a zoo entry from scratch")
     t.add_argument("name")

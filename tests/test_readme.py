@@ -12,3 +12,11 @@ def test_readme_example_runs():
     scope: dict = {}
     exec(compile(block, "README.md", "exec"), scope)
     assert scope["out"].texts and scope["out"].stats.mean_accepted_tokens >= 1.0
+
+
+def test_readme_verifier_table_is_current():
+    from mmspec.verifiers.base import verifier_table
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    table = text.split("<!-- verifier-table -->\n", 1)[1].split("\n<!-- /verifier-table -->", 1)[0]
+    assert table == verifier_table(), "README's verifier table is stale: paste the output of `mmspec verifiers`"
