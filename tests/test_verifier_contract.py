@@ -76,6 +76,17 @@ class VerifierContract:
         b = self.make().verify(proposal, scores, torch.Generator().manual_seed(7))
         assert torch.equal(a.num_accepted, b.num_accepted) and torch.equal(a.next_tokens, b.next_tokens)
 
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64], ids=str)
+    def test_low_and_high_precision_inputs(self, dtype):
+        """Scores and draft distributions in half / bfloat16 / double: same contract, int64 verdicts."""
+        proposal, scores = random_round(6)
+        proposal = Proposal(proposal.tokens, proposal.probs.to(dtype), proposal.parents, proposal.meta)
+        scores = TargetScores(scores.logits.to(dtype), scores.probs.to(dtype))
+        verdict = self.make().verify(proposal, scores, torch.Generator().manual_seed(0))
+        assert verdict.num_accepted.dtype == torch.int64 and verdict.next_tokens.dtype == torch.int64
+        assert bool(((verdict.num_accepted >= 0) & (verdict.num_accepted <= K)).all())
+        assert bool(((verdict.next_tokens >= 0) & (verdict.next_tokens < V)).all())
+
     def test_inputs_not_mutated(self):
         proposal, scores = random_round(2)
         before = [t.clone() for t in (proposal.tokens, proposal.probs, scores.logits, scores.probs)]
