@@ -94,8 +94,17 @@ class ModelRunner:
 
     # -- model calls ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **model_kwargs):
-        """Run the prompt; returns the logits of its last position [B, V]. Resets the cache."""
+    def prefill(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None, *,
+                inputs_embeds: torch.Tensor | None = None, **model_kwargs):  # fmt: skip
+        """Run the prompt; returns the logits of its last position [B, V]. Resets the cache.
+
+        ``inputs_embeds [B, T, D]`` instead of ``input_ids``: a prompt given as embeddings (e.g. a drafter's prompt
+        with compressed visual tokens); positions follow ``attention_mask`` (1-D RoPE models).
+        """
+        if input_ids is None:
+            if inputs_embeds is None:
+                raise ValueError("input_ids/inputs_embeds: expected one of them, got neither")
+            return self._prefill_embeds(inputs_embeds, attention_mask)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         self.cache = DynamicCache(config=self.model.config)
@@ -120,6 +129,22 @@ class ModelRunner:
             self.cache.update(src.keys, src.values, i)  # a copy: the two caches never alias
         self.padded, self.mask, self.next_pos = other.padded, other.mask.clone(), other.next_pos.clone()
         self.pending, self.parents, self.depth = 0, [], []
+
+    def _prefill_embeds(self, inputs_embeds, attention_mask):
+        if self.mrope:
+            raise ValueError("inputs_embeds: prefilling from embeddings needs 1-D positions; M-RoPE models take input_ids")
+        if attention_mask is None:
+            attention_mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+        self.cache = DynamicCache(config=self.model.config)
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
+        self.padded = bool((attention_mask == 0).any())
+        self.mask = attention_mask.long()
+        self.next_pos = position_ids.amax(1) + 1
+        self.pending, self.parents, self.depth = 0, [], []
+        out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
+                         position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+        self.forwards += 1
+        return out.logits[:, -1, : self.vocab_size]
 
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None) -> torch.Tensor:
