@@ -39,7 +39,6 @@ class TestMargin(VerifierContract):
 class TestActionTolerance(VerifierContract):
     name = "action-tolerance"
     params = {"r": 1}
-    deterministic = True
 
 
 class TestLantern(VerifierContract):

@@ -61,7 +61,6 @@ class TestPhrase(SpanRuleContract):
 class TestEditDistance(SpanRuleContract):
     name = "edit-distance"
     params = {"tau": 1}
-    deterministic = True
 
 
 class TestConfidenceSkip(SpanRuleContract):
