@@ -127,15 +127,15 @@ class BatchedDensity:
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., B, K, D] -> log density [..., B, K] in float64."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     def sample(self, generator: torch.Generator | None = None, sample_shape: tuple[int, ...] = ()) -> torch.Tensor:
         """-> draws [*sample_shape, B, K, D] in the parameters' dtype (drawn in float64)."""
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     @property
     def dim(self) -> int:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     @property
     def batch_shape(self) -> tuple[int, int]:
@@ -397,16 +397,16 @@ class ContinuousVerifier(Verifier):
     supports_trees = False  # chains of continuous states only
 
     def check(self, proposal, scores) -> None:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     def draw(self, proposal, scores, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {}
 
     def core(self, proposal, scores, **randomness) -> ContinuousVerdict:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     def reference(self, proposal, scores, **randomness) -> ContinuousVerdict:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract
 
     def verify(self, proposal, scores, generator: torch.Generator | None = None) -> ContinuousVerdict:
         self.check(proposal, scores)
