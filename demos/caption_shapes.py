@@ -37,7 +37,7 @@ def main(argv=None) -> None:
 
     cols = min(3, len(scenes))
     rows = (len(scenes) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 5.2 * rows), squeeze=False, layout="constrained")
     for ax in axes.flat:
         ax.axis("off")
     for ax, scene, image in zip(axes.flat, scenes, images):
@@ -50,7 +50,6 @@ def main(argv=None) -> None:
             fontsize=8, loc="left",
         )  # fmt: skip
     fig.suptitle(f"shapes-VLM, speculative decoding ({args.drafter} drafter, K={args.k})")
-    fig.tight_layout()
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
