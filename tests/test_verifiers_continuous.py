@@ -118,7 +118,7 @@ class ContinuousVerifierContract:
         return make_verifier(self.name, **self.params)
 
     def make_round(self, seed, batch=B, device="cpu", dtype=torch.float32):
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each test class builds its rule's inputs
 
     def test_declares_itself(self):
         v = self.make()

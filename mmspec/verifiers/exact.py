@@ -144,7 +144,9 @@ def reference_residual_sample(p_row, q_row, x_row, n: int, e_row) -> int:
     return int((weights.float() / e_row).argmax())
 
 
-def reference_speculative(x, p, q, u, e) -> Verdict:
+def reference_ratio_chain(x, p, q, u, e, accept) -> Verdict:
+    """Per-row, per-position reference of the accept-then-residual chain: ``accept(p(x), q(x), u) -> bool`` at each
+    draft position (q(x) = 1 for one-hot drafts), the residual sample at the first rejection (bonus if none)."""
     b, k = x.shape
     n_out, tok_out = [], []
     for row in range(b):
@@ -152,12 +154,16 @@ def reference_speculative(x, p, q, u, e) -> Verdict:
         for i in range(k):
             px = float(p[row, i, x[row, i]])
             qx = 1.0 if q is None else float(q[row, i, x[row, i]])
-            if not float(u[row, i]) * qx <= px:
+            if not accept(px, qx, float(u[row, i])):
                 n = i
                 break
         n_out.append(n)
         tok_out.append(reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
     return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+
+
+def reference_speculative(x, p, q, u, e) -> Verdict:
+    return reference_ratio_chain(x, p, q, u, e, lambda px, qx, uu: uu * qx <= px)
 
 
 def reference_greedy(x, logits) -> Verdict:

@@ -390,7 +390,7 @@ class _JacobiVerifier(Verifier):
         raise NotImplementedError  # each rule draws its own randomness
 
     def _rule(self, d, q, p, *noise_and_fresh) -> JacobiStep:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: each rule's core
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator: torch.Generator | None = None) -> Verdict:
         d, q, p = _inputs(proposal, scores)  # [B, K], [B, K, V] | None, [B, K+1, V]

@@ -26,7 +26,7 @@ import torch
 
 from ..types import Verdict
 from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain, require_probs
-from .exact import bench_inputs, draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
+from .exact import bench_inputs, draft_uniforms, reference_ratio_chain, reference_residual_sample, residual_noise, residual_weights, token_probs
 
 
 
@@ -68,20 +68,10 @@ class SSDToleranceVerifier(Verifier):
 
 
 def reference_ssd(x, p, q, beta, u, e) -> Verdict:
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for r in range(b):
-        n = k
-        for i in range(k):
-            px = float(p[r, i, x[r, i]])
-            qx = 1.0 if q is None else float(q[r, i, x[r, i]])
-            ratio = min(1.0, px / qx) if qx > 0 else 1.0
-            if not float(u[r, i]) <= ratio + beta:
-                n = i
-                break
-        n_out.append(n)
-        tok_out.append(reference_residual_sample(p[r], None if q is None else q[r], x[r], n, e[r]))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+    def accept(px, qx, uu):
+        return uu <= (min(1.0, px / qx) if qx > 0 else 1.0) + beta
+
+    return reference_ratio_chain(x, p, q, u, e, accept)
 
 
 # ---------------------------------------------------------------------------------------------------------------
