@@ -6,6 +6,7 @@ One propose -> score -> verify -> commit loop; drafters and verifiers are plugga
 from .config import SpecConfig
 from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter
 from .engine import SpeculativeEngine
+from .modalities.video import VideoSpeculator
 from .modalities.vlm import VLMSpeculator
 from .sampling import SamplingParams
 from .types import GenerationOutput, Proposal, SpecStats, TargetScores, Verdict
@@ -16,5 +17,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "ModelDrafter", "NgramDrafter", "Proposal",
     "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
+    "VideoSpeculator",
     "Verdict", "Verifier", "make_verifier", "zoo",
 ]  # fmt: skip

@@ -113,7 +113,7 @@ def main(argv=None) -> None:
     t.add_argument("--out", default=None, help="output folder (default: the bundled weights folder)")
     t.add_argument("--smoke", action="store_true", help="a few steps only (checks the recipe runs)")
     t.add_argument("--only", default=None, help="retrain just these models, comma-separated (e.g. target)")
-    t.add_argument("--target-steps", type=int, default=None, help="optimizer steps for the target (default 1500)")
+    t.add_argument("--target-steps", type=int, default=None, help="optimizer steps for the target (default: the recipe's)")
     t.add_argument("--target-lr", type=float, default=None, help="peak learning rate for the target (default 1e-3)")
     t.set_defaults(func=zoo_train)
     args = parser.parse_args(argv)

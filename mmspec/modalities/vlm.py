@@ -87,9 +87,11 @@ class VLMSpeculator:
         ``overrides`` are SpecConfig fields for this call: num_draft_tokens, temperature, top_k, top_p, seed,
         verifier, draft_length_policy, ...
         """
-        fields = {**self.config.__dict__, "max_new_tokens": max_new_tokens, **overrides}
-        cfg = SpecConfig(**fields)
-        enc = self.prepare(image, prompt)
+        return self._decode(self.prepare(image, prompt), max_new_tokens, generator, overrides)
+
+    def _decode(self, enc: dict, max_new_tokens: int, generator, overrides: dict) -> VLMOutput:
+        """Run the engine on processor outputs ``enc`` with this call's config overrides; decode the new text."""
+        cfg = SpecConfig(**{**self.config.__dict__, "max_new_tokens": max_new_tokens, **overrides})
         ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
         out = self.engine.generate(ids, mask, config=cfg, generator=generator, **enc)
         texts = self.processor.tokenizer.batch_decode(out.new_tokens, skip_special_tokens=True)

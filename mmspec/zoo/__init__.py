@@ -62,6 +62,45 @@ def _train_shapes_vlm(out_dir, **options):
 ZOO.register("shapes-vlm")(ZooEntry("shapes-vlm", _train_shapes_vlm, _load_shapes_vlm))
 
 
+@dataclass
+class ShapesVideo:
+    target: object  # Qwen2VLForConditionalGeneration (video)
+    processor: object  # Qwen2VLProcessor
+    drafter_vlm: object  # small Qwen2VLForConditionalGeneration
+    drafter_text: object  # LlamaForCausalLM (text-only)
+    eagle: object | None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
+
+
+def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesVideo:
+    from transformers import AutoProcessor, LlamaForCausalLM, Qwen2VLForConditionalGeneration
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
+    load = dict(dtype=dtype, local_files_only=True)
+    eagle = None
+    if (path / "eagle" / "config.json").exists():
+        from ..drafting.eagle import EagleHead
+
+        eagle = EagleHead.from_pretrained(path / "eagle", dtype=dtype).to(device).eval()
+    return ShapesVideo(
+        target=Qwen2VLForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
+        processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
+        drafter_vlm=Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
+        drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
+        eagle=eagle,
+    )
+
+
+def _train_shapes_video(out_dir, **options):
+    from .shapes_video import train
+
+    return train(out_dir, **options)
+
+
+ZOO.register("shapes-video")(ZooEntry("shapes-video", _train_shapes_video, _load_shapes_video))
+
+
 def load(name: str, dtype=torch.float32, device="cpu"):
     entry = ZOO.get(name)
     return entry.load(entry.path, dtype=dtype, device=device)

@@ -65,15 +65,20 @@ class Scene:
             half = cell * (rng.uniform(0.28, 0.42) if jitter else 0.35)
             cx = (col + 0.5) * cell + (rng.uniform(-1, 1) * (cell / 2 - half) if jitter else 0)
             cy = (row + 0.5) * cell + (rng.uniform(-1, 1) * (cell / 2 - half) if jitter else 0)
-            color = COLORS[s.color]
-            box = (cx - half, cy - half, cx + half, cy + half)
-            if s.kind == "circle":
-                draw.ellipse(box, fill=color)
-            elif s.kind == "square":
-                draw.rectangle(box, fill=color)
-            else:
-                draw.polygon([(cx, cy - half), (cx - half, cy + half), (cx + half, cy + half)], fill=color)
+            draw_shape(draw, s.kind, s.color, cx, cy, half)
         return img
+
+
+def draw_shape(draw: ImageDraw.ImageDraw, kind: str, color: str, cx: float, cy: float, half: float) -> None:
+    """Draw one shape centred at (cx, cy) with half-size ``half`` (pixels)."""
+    fill = COLORS[color]
+    box = (cx - half, cy - half, cx + half, cy + half)
+    if kind == "circle":
+        draw.ellipse(box, fill=fill)
+    elif kind == "square":
+        draw.rectangle(box, fill=fill)
+    else:
+        draw.polygon([(cx, cy - half), (cx - half, cy + half), (cx + half, cy + half)], fill=fill)
 
 
 def make_scene(index: int, split: str = "train") -> Scene:

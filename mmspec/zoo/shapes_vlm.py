@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from .shapes import make_scene, vocabulary
+from .training import count_parameters, fit
 
 ENTRY = "shapes-vlm"
 IMAGE_SIZE = 96
@@ -175,27 +175,13 @@ def collate(processor, batch, with_image: bool):
 
 def train_model(model, processor, *, with_image: bool, steps: int, batch_size: int, lr: float, seed: int, desc: str):
     """AdamW with warm-up + cosine decay on freshly generated scenes; returns the loss curve."""
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
-    )
-    model.train()
-    losses = []
-    bar = tqdm(range(steps), desc=desc)
-    for step in bar:
+
+    def loss_fn(rng):
         batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
-        loss = model(**collate(processor, batch, with_image)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        return model(**collate(processor, batch, with_image)).loss
+
+    model.train()
+    losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
     model.eval()
     return losses
 
@@ -212,10 +198,6 @@ def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> fl
         texts = processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         correct += sum(t.strip() == s.caption() for t, s in zip(texts, scenes))
     return correct / n
-
-
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int = 1500, batch_size: int = 32,
