@@ -4,7 +4,7 @@ One propose -> score -> verify -> commit loop; drafters and verifiers are plugga
 """
 
 from .config import SpecConfig
-from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter
+from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from .engine import SpeculativeEngine
 from .modalities.video import VideoSpeculator
 from .modalities.vlm import VLMSpeculator
@@ -16,7 +16,7 @@ from . import zoo
 __version__ = "0.1.0"
 __all__ = [
     "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "ModelDrafter", "NgramDrafter", "Proposal",
-    "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
+    "STDDrafter", "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
     "VideoSpeculator",
     "Verdict", "Verifier", "make_verifier", "zoo",
 ]  # fmt: skip

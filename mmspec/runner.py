@@ -59,7 +59,8 @@ class ModelRunner:
         self.forwards = 0
 
     # -- positions -------------------------------------------------------------------------------------------
-    def _prefill_positions(self, input_ids, attention_mask, model_kwargs) -> torch.Tensor:
+    def prompt_positions(self, input_ids, attention_mask, model_kwargs) -> torch.Tensor:
+        """Position ids of a left-padded prompt: [B, T], or [3, B, T] for M-RoPE models."""
         if self.mrope and (model_kwargs.get("image_grid_thw") is not None or model_kwargs.get("video_grid_thw") is not None):
             cfg = self.model.config
             types = model_kwargs.get("mm_token_type_ids")
@@ -108,7 +109,7 @@ class ModelRunner:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         self.cache = DynamicCache(config=self.model.config)
-        position_ids = self._prefill_positions(input_ids, attention_mask, model_kwargs)
+        position_ids = self.prompt_positions(input_ids, attention_mask, model_kwargs)
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
         self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
@@ -118,17 +119,44 @@ class ModelRunner:
         self.forwards += 1
         return logits[:, -1, : self.vocab_size]
 
-    def prefill_from(self, other: "ModelRunner", num_layers: int) -> None:
-        """Start from ``other``'s committed state instead of running a prefill: copy its first ``num_layers`` layers
-        of KV (exact for a model that shares those layers, e.g. an early-exit draft of the same target)."""
+    def prefill_from(self, other: "ModelRunner", num_layers: int | None = None,
+                     index: list[torch.Tensor] | None = None) -> None:  # fmt: skip
+        """Start from ``other``'s committed state instead of running a prefill, sharing its KV entries.
+
+        ``num_layers``: take only the first n layers (an early-exit draft of the same target); None = all.
+        ``index``: per layer, ``[B, S]`` positions of ``other``'s cache to keep, in that order (a sparse view, e.g.
+        STD's top visual entries); the attention mask is gathered with the first layer's index, so every layer's
+        index must select padding at the same slots.
+        """
         if other.pending:
             raise ValueError(f"prefill_from: the source runner has {other.pending} uncommitted tokens; commit first")
+        num_layers = len(other.cache.layers) if num_layers is None else num_layers
+        if index is not None and len(index) != num_layers:
+            raise ValueError(f"index: expected one [B, S] index per layer ({num_layers}), got {len(index)}")
         self.cache = DynamicCache(config=self.model.config)
         for i in range(num_layers):
             src = other.cache.layers[i]
-            self.cache.update(src.keys, src.values, i)  # a copy: the two caches never alias
-        self.padded, self.mask, self.next_pos = other.padded, other.mask.clone(), other.next_pos.clone()
+            keys, values = src.keys, src.values  # [B, H, T, D]; shared, never modified in place
+            if index is not None:
+                idx = index[i][:, None, :, None].expand(keys.shape[0], keys.shape[1], -1, keys.shape[3])
+                keys, values = keys.gather(2, idx), values.gather(2, idx)
+            self.cache.update(keys, values, i)
+        self.mask = other.mask.clone() if index is None else other.mask.gather(1, index[0])
+        self.padded, self.next_pos = bool((self.mask == 0).any()), other.next_pos.clone()
         self.pending, self.parents, self.depth = 0, [], []
+
+    def append_from(self, other: "ModelRunner", start: int) -> None:
+        """Append ``other``'s committed entries from cache position ``start`` on (dense KV of tokens the other runner
+        has committed since), every layer; positions follow ``other``. This runner must have nothing pending."""
+        if self.pending or other.pending:
+            raise ValueError("append_from: both runners must have committed all their tokens first")
+        end = other.length
+        if end > start:
+            for i, layer in enumerate(self.cache.layers):
+                src = other.cache.layers[i]
+                self.cache.update(src.keys[:, :, start:end], src.values[:, :, start:end], i)
+            self.mask = torch.cat([self.mask, other.mask[:, start:end]], dim=1)
+        self.next_pos = other.next_pos.clone()
 
     def _prefill_embeds(self, inputs_embeds, attention_mask):
         if self.mrope:
