@@ -100,12 +100,13 @@ class ModelRunner:
         """Run the prompt; returns the logits of its last position [B, V]. Resets the cache.
 
         ``inputs_embeds [B, T, D]`` instead of ``input_ids``: a prompt given as embeddings (e.g. a drafter's prompt
-        with compressed visual tokens); positions follow ``attention_mask`` (1-D RoPE models).
+        with compressed visual tokens); positions follow ``attention_mask``, or ``position_ids=`` ([B, T], or
+        [3, B, T] for M-RoPE models, which require them).
         """
         if input_ids is None:
             if inputs_embeds is None:
                 raise ValueError("input_ids/inputs_embeds: expected one of them, got neither")
-            return self._prefill_embeds(inputs_embeds, attention_mask)
+            return self._prefill_embeds(inputs_embeds, attention_mask, model_kwargs.get("position_ids"))
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         self.cache = DynamicCache(config=self.model.config)
@@ -158,16 +159,17 @@ class ModelRunner:
             self.mask = torch.cat([self.mask, other.mask[:, start:end]], dim=1)
         self.next_pos = other.next_pos.clone()
 
-    def _prefill_embeds(self, inputs_embeds, attention_mask):
-        if self.mrope:
-            raise ValueError("inputs_embeds: prefilling from embeddings needs 1-D positions; M-RoPE models take input_ids")
+    def _prefill_embeds(self, inputs_embeds, attention_mask, position_ids=None):
+        if self.mrope and (position_ids is None or position_ids.dim() != 3):
+            raise ValueError("position_ids: prefilling an M-RoPE model from embeddings needs 3-D positions [3, B, T]")
         if attention_mask is None:
             attention_mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         self.cache = DynamicCache(config=self.model.config)
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
-        self.next_pos = position_ids.amax(1) + 1
+        self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
         self.pending, self.parents, self.depth = 0, [], []
         out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip

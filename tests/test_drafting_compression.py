@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mmspec import SpecConfig, SpeculativeEngine
+from mmspec import ModelDrafter, SpecConfig, SpeculativeEngine
 from mmspec.drafters import CompressedVLMDrafter
 from mmspec.drafters.base import DraftRequest
 from mmspec.drafting.compression import COMPRESSORS, grid_pool, merge_similar, output_grid, topk_tokens, two_stage_prune
-from tests.conftest import IMAGE_ID, llava_inputs
+from tests.conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs
 
 g = torch.Generator().manual_seed(0)
 TOKENS = torch.randn(3, 16, 8, generator=g)  # [B, N = 4x4 grid, D]
@@ -80,3 +80,61 @@ def test_compressed_drafter_prefill_is_shorter(llava_trio):
     request = DraftRequest(input_ids=ids, attention_mask=mask, model_kwargs=kw, placeholder_ids=(IMAGE_ID,), vocab_size=48)
     session = CompressedVLMDrafter(small_vlm, "grid-pool", 1, grid=(2, 2)).start(request)
     assert session.runner.length == ids.shape[1] - 4 + 1  # N = 4 visual tokens became 1
+
+
+def test_carry_follows_the_tokens():
+    """carried features (e.g. positions) are selected / pooled / merged exactly like their tokens."""
+    pos = torch.arange(16.0).view(1, 16, 1).expand(3, 16, 1)  # [B, N, 1] the token's index
+    for name in COMPRESSORS.names():
+        out, carried = COMPRESSORS.get(name)(TOKENS, 4, scores=SCORES, grid=(4, 4), carry=pos)
+        assert carried.shape == (3, 4, 1)
+        if name in ("top-k", "two-stage"):  # selections: the carried index names the kept token
+            assert torch.equal(out, TOKENS.gather(1, carried.long().expand(-1, -1, TOKENS.shape[-1])))
+    _, carried = grid_pool(TOKENS, 4, grid=(4, 4), carry=pos)
+    assert carried[0, :, 0].tolist() == [2.5, 4.5, 10.5, 12.5]  # means of the 2x2 blocks' indices
+
+
+def test_grid_pool_over_time_keeps_temporal_slots():
+    video = torch.randn(2, 4 * 2 * 2, 8, generator=g)  # grid (t=4, h=2, w=2)
+    out = grid_pool(video, 4, grid=(4, 2, 2))  # one token per temporal slot: the frame mean
+    assert torch.allclose(out, video.view(2, 4, 4, 8).mean(2), atol=1e-6)
+    assert grid_pool(video, 8, grid=(4, 2, 2)).shape == (2, 8, 8)
+    with pytest.raises(ValueError, match="grid: expected"):
+        grid_pool(video, 4, grid=(3, 2, 2))
+
+
+@pytest.mark.parametrize("compressor,budget", [("grid-pool", 4), ("top-k", 3), ("merge", 2), ("two-stage", 4)])
+def test_mrope_compressed_drafter_greedy_identical(qwen_pair, compressor, budget):
+    target, small = qwen_pair
+    # seed 4: tiny random models have near-ties (top-2 gap ~1e-3) on some inputs, where float reordering between HF's
+    # one-token decode and a multi-token verify flips the argmax; this input has none
+    ids, mask, kw = qwen2vl_inputs(batch=2, seed=4, grid=(1, 4, 8))  # 8 image tokens (2x4 after the merge)
+    ref = target.generate(input_ids=ids, attention_mask=mask, **kw, do_sample=False, max_new_tokens=12)
+    engine = SpeculativeEngine(target, CompressedVLMDrafter(small, compressor, budget),
+                               SpecConfig(max_new_tokens=12, eos_token_id=2, num_draft_tokens=4), placeholder_ids=(IMAGE_ID,))  # fmt: skip
+    assert torch.equal(engine.generate(ids, mask, **kw).sequences, ref)
+
+
+@pytest.mark.parametrize("compressor", ["grid-pool", "top-k"])
+def test_mrope_full_budget_equals_uncompressed_drafter(qwen_pair, compressor):
+    """budget = N keeps every token at its own 3-D position: the compressed drafter drafts exactly like the plain one."""
+    target, small = qwen_pair
+    ids, mask, kw = qwen2vl_inputs(batch=2, seed=4, grid=(1, 4, 8))
+    cfg = SpecConfig(max_new_tokens=12, eos_token_id=2, num_draft_tokens=3)
+    runs = [SpeculativeEngine(target, d, cfg, placeholder_ids=(IMAGE_ID,)).generate(ids, mask, **kw).stats
+            for d in (ModelDrafter(small), CompressedVLMDrafter(small, compressor, 8))]  # fmt: skip
+    assert [r.accepted for r in runs[0].rounds] == [r.accepted for r in runs[1].rounds]
+
+
+def test_video_compressed_drafter_greedy_identical():
+    from mmspec.modalities.video import VideoSpeculator
+    from tests.helpers.tiny_video import qwen2vl_video, random_clip
+
+    target, processor = qwen2vl_video(seed=0, layers=3)
+    small, _ = qwen2vl_video(seed=1, layers=1, hidden=32)
+    clips, prompts = [random_clip(0), random_clip(1)], ["caption :", "question : what moves ? answer :"]
+    for compressor, budget in [("grid-pool", 16), ("two-stage", 8)]:  # 64 video tokens = 4 x 4 x 4
+        spec = VideoSpeculator(target, processor, CompressedVLMDrafter(small, compressor, budget))
+        ref = target.generate(**spec.prepare(clips, prompts), do_sample=False, max_new_tokens=12)
+        out = spec.generate(clips, prompts, max_new_tokens=12)
+        assert torch.equal(out.sequences, ref)

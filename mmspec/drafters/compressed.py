@@ -18,10 +18,13 @@ from .early_exit import prompt_embeddings
 from .model import ModelDrafter, ModelDraftSession
 
 
-def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress):
-    """Replace each row's visual span (one image, N placeholders) by ``compress(visual [B, N, D]) -> [B, M, D]``.
+def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress, positions=None):
+    """Replace each row's visual span (one image or clip, N placeholders) by ``compress(visual [B, N, D], visual_mask,
+    carry) -> [B, M, D]`` (or ``(tokens, carry)`` when ``positions`` are given).
 
-    embeds [B, T, D], input_ids / attention_mask [B, T] -> (embeds [B, T - N + M, D], mask [B, T - N + M]).
+    embeds [B, T, D], input_ids / attention_mask [B, T] -> (embeds [B, T', D], mask [B, T']) with T' = T - N + M;
+    with ``positions [B, T, P]`` (e.g. 3-D rotary positions) also the compressed positions [B, T', P]: text keeps
+    its own, visual slots get what the compressor carried (the kept tokens' own, or group means rounded).
     """
     visual = torch.zeros_like(input_ids, dtype=torch.bool)
     for pid in placeholder_ids:
@@ -29,18 +32,40 @@ def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress
     visual &= attention_mask.bool()
     counts = visual.sum(-1)
     if int(counts.min()) != int(counts.max()) or int(counts.min()) == 0:
-        raise ValueError(f"input_ids: compressed drafting needs one image (the same N visual tokens) per row, got {counts.tolist()}")
+        raise ValueError(f"input_ids: compressed drafting needs one image or clip (the same N visual tokens) per row, "
+                         f"got {counts.tolist()}")  # fmt: skip
     b, t, d = embeds.shape
     n = int(counts[0])
-    small = compress(embeds[visual].view(b, n, d), visual)  # [B, M, D]
+    carry = None if positions is None else positions[visual].view(b, n, -1).float()
+    small = compress(embeds[visual].view(b, n, d), visual, carry)  # [B, M, D] (+ carried [B, M, P])
+    small, small_pos = small if positions is not None else (small, None)
     m = small.shape[1]
     first = visual.long().argmax(-1)  # [B] start of each row's span (contiguous placeholders)
     pos = torch.arange(t - n + m, device=embeds.device).expand(b, -1)  # [B, T'] output positions
     src = torch.where(pos < first[:, None], pos, pos + n - m)  # [B, T'] source position of each kept token
     in_span = (pos >= first[:, None]) & (pos < first[:, None] + m)  # [B, T'] compressed visual slots
-    out = embeds.gather(1, src[..., None].expand(-1, -1, d))
-    out = torch.where(in_span[..., None], small.gather(1, (pos - first[:, None]).clamp(0, m - 1)[..., None].expand(-1, -1, d)), out)
-    return out, attention_mask.gather(1, src)
+    slot = (pos - first[:, None]).clamp(0, m - 1)[..., None]  # [B, T', 1] index into the compressed span
+
+    def place(full, span):  # full [B, T, E], span [B, M, E] -> [B, T', E]
+        out = full.gather(1, src[..., None].expand(-1, -1, full.shape[-1]))
+        return torch.where(in_span[..., None], span.gather(1, slot.expand(-1, -1, span.shape[-1])), out)
+
+    out = (place(embeds, small), attention_mask.gather(1, src))
+    if positions is not None:
+        out += (place(positions, small_pos.round().to(positions.dtype)),)
+    return out
+
+
+def visual_grid(model, model_kwargs) -> tuple[int, ...] | None:
+    """The visual token grid of a Qwen2-VL-style input (after the spatial merge): (h, w) for an image, (t, h, w) for
+    a clip; None when the inputs do not say (square grids are assumed then)."""
+    merge = getattr(getattr(model.config, "vision_config", None), "spatial_merge_size", 1)
+    for key in ("video_grid_thw", "image_grid_thw"):
+        thw = model_kwargs.get(key)
+        if thw is not None:
+            t, h, w = (int(v) for v in thw[0])
+            return (h // merge, w // merge) if t == 1 else (t, h // merge, w // merge)
+    return None
 
 
 class CompressedDraftSession(ModelDraftSession):
@@ -49,17 +74,24 @@ class CompressedDraftSession(ModelDraftSession):
         self.runner = ModelRunner(model, request.vocab_size)
         self.sampling, self.need_probs = request.sampling, request.need_probs
         ids, mask = request.input_ids, request.attention_mask
-        pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
-        embeds = prompt_embeddings(model, ids, mask, pos, request.model_kwargs)  # [B, T, D] the drafter's own view
+        positions = self.runner.prompt_positions(ids, mask, request.model_kwargs)  # [B, T] or [3, B, T] (M-RoPE)
+        embeds = prompt_embeddings(model, ids, mask, positions, request.model_kwargs)  # [B, T, D] the drafter's view
+        grid = drafter.grid or visual_grid(model, request.model_kwargs)
 
-        def compress(visual_tokens, visual_mask):
+        def compress(visual_tokens, visual_mask, carry):
             scores = None
             if drafter.needs_scores:
-                scores = visual_attention_scores(model, ids, mask, visual_mask, **request.model_kwargs)
-            return drafter.compressor(visual_tokens, drafter.budget, scores=scores, grid=drafter.grid)
+                scores = visual_attention_scores(model, ids, mask, visual_mask, position_ids=positions, **request.model_kwargs)
+            return drafter.compressor(visual_tokens, drafter.budget, scores=scores, grid=grid, carry=carry)
 
-        embeds, mask = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress)
-        self.runner.prefill(None, mask, inputs_embeds=embeds)
+        if self.runner.mrope:  # 3-D rotary positions travel with the visual tokens they belong to
+            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress, positions.permute(1, 2, 0))
+            embeds, mask, positions = out[0], out[1], out[2].permute(2, 0, 1)  # positions [3, B, T']
+            self.runner.prefill(None, mask, inputs_embeds=embeds, position_ids=positions)
+        else:  # 1-D positions: the compressed prompt is renumbered contiguously
+            embeds, mask = compress_prompt(embeds, ids, mask, request.placeholder_ids,
+                                           lambda v, m, c: compress(v, m, None))  # fmt: skip
+            self.runner.prefill(None, mask, inputs_embeds=embeds)
         self.visual_tokens = drafter.budget
         self.carry = ids.new_zeros((ids.shape[0], 0))
         self._feed, self._k = self.carry, 0

@@ -12,6 +12,11 @@ to ``[B, M, D]`` with M = ``budget``; some use per-token importance ``scores [B,
                   until M remain;
 - ``two-stage``   SpecVLM-style pruning: keep the highest-scoring tokens until they hold ``mass`` (40%) of the
                   attention mass, then fill the rest of the budget with spatially uniform picks.
+
+``grid`` may also be ``(t, h, w)`` for a video (grid pooling then pools over time as well, keeping as many temporal
+slots as the budget allows). ``carry [B, N, E]``: features that follow the tokens through the compression (e.g.
+3-D rotary positions): selected, pooled or merged exactly like them, never used to decide; the compressor then
+returns ``(tokens [B, M, D], carry [B, M, E])``.
 """
 
 from __future__ import annotations
@@ -52,40 +57,66 @@ def output_grid(grid: tuple[int, int], budget: int) -> tuple[int, int]:
     return min(options, key=lambda o: abs(math.log(o[0] / o[1]) - math.log(h / w)))
 
 
+def _with_carry(out: torch.Tensor, carry, carry_out):
+    return out if carry is None else (out, carry_out)
+
+
+def output_grid_3d(grid: tuple[int, int, int], budget: int) -> tuple[int, int, int]:
+    """(t', h', w') with t' * h' * w' == budget inside ``grid``: the most temporal slots, then the aspect ratio."""
+    t = grid[0]
+    for slots in range(min(t, budget), 0, -1):
+        if budget % slots == 0:
+            try:
+                return (slots, *output_grid(grid[1:], budget // slots))
+            except ValueError:
+                continue
+    raise ValueError(f"budget: {budget} tokens cannot tile a {'x'.join(map(str, grid))} grid")
+
+
 @COMPRESSORS.register("grid-pool")
-def grid_pool(tokens: torch.Tensor, budget: int, scores=None, grid: tuple[int, int] | None = None) -> torch.Tensor:
+def grid_pool(tokens: torch.Tensor, budget: int, scores=None, grid: tuple[int, ...] | None = None, carry=None):
     _check_budget(tokens, budget)
     b, n, d = tokens.shape
-    h, w = grid or (math.isqrt(n), n // math.isqrt(n))
-    if h * w != n:
-        raise ValueError(f"grid: expected h * w == {n} visual tokens, got {grid}")
-    oh, ow = output_grid((h, w), budget)
-    x = tokens.transpose(1, 2).reshape(b, d, h, w)  # [B, D, h, w]
-    pooled = torch.nn.functional.adaptive_avg_pool2d(x.float(), (oh, ow)).to(tokens.dtype)  # [B, D, h', w']
-    return pooled.flatten(2).transpose(1, 2)  # [B, M, D]
+    grid = tuple(grid) if grid else (math.isqrt(n), n // math.isqrt(n))
+    if math.prod(grid) != n or len(grid) not in (2, 3):
+        raise ValueError(f"grid: expected (h, w) or (t, h, w) with a product of {n} visual tokens, got {grid}")
+    x = tokens if carry is None else torch.cat([tokens, carry.to(tokens.dtype)], dim=-1)
+    x = x.transpose(1, 2).reshape(b, x.shape[-1], *grid).float()  # [B, D(+E), (t,) h, w]
+    if len(grid) == 2:
+        pooled = torch.nn.functional.adaptive_avg_pool2d(x, output_grid(grid, budget))  # [B, D, h', w']
+    else:
+        pooled = torch.nn.functional.adaptive_avg_pool3d(x, output_grid_3d(grid, budget))  # [B, D, t', h', w']
+    out = pooled.flatten(2).transpose(1, 2)  # [B, M, D(+E)]
+    return _with_carry(out[..., :d].to(tokens.dtype), carry, out[..., d:])
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x.gather(1, idx[..., None].expand(-1, -1, x.shape[-1]))
 
 
 @COMPRESSORS.register("top-k")
-def topk_tokens(tokens: torch.Tensor, budget: int, scores=None, grid=None) -> torch.Tensor:
+def topk_tokens(tokens: torch.Tensor, budget: int, scores=None, grid=None, carry=None):
     _check_budget(tokens, budget)
     scores = _need_scores(scores, tokens, "top-k")
     keep = scores.topk(budget, dim=-1).indices.sort(-1).values  # [B, M] in original (spatial) order
-    return tokens.gather(1, keep[..., None].expand(-1, -1, tokens.shape[-1]))
+    return _with_carry(_gather(tokens, keep), carry, None if carry is None else _gather(carry, keep))
 
 
 @COMPRESSORS.register("merge")
-def merge_similar(tokens: torch.Tensor, budget: int, scores=None, grid=None) -> torch.Tensor:
+def merge_similar(tokens: torch.Tensor, budget: int, scores=None, grid=None, carry=None):
     """ToMe bipartite soft matching on cosine similarity: each step splits the tokens alternately into sets A and B,
     links every A token to its most similar B token, and merges the r most similar links (merged = size-weighted
     mean), r = min(|A|, tokens still to remove). Vectorised over the batch; a loop over merge steps only."""
     _check_budget(tokens, budget)
-    x = tokens.float()  # [B, N, D]
+    dim = tokens.shape[-1]  # similarity on the tokens only; carried features ride along
+    x = tokens.float() if carry is None else torch.cat([tokens.float(), carry.float()], dim=-1)  # [B, N, D(+E)]
     size = torch.ones(x.shape[:2], device=x.device)  # [B, N] tokens merged into each
     while x.shape[1] > budget:
         a, b = x[:, ::2], x[:, 1::2]  # [B, Na, D], [B, Nb, D]
         sa, sb = size[:, ::2], size[:, 1::2]
         r = min(a.shape[1], x.shape[1] - budget)
-        sim = torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).transpose(1, 2)
+        unit_a, unit_b = (torch.nn.functional.normalize(v[..., :dim], dim=-1) for v in (a, b))
+        sim = unit_a @ unit_b.transpose(1, 2)
         best, dst = sim.max(-1)  # [B, Na] most similar B token per A token
         order = best.argsort(-1, descending=True)  # [B, Na]
         merged, kept = order[:, :r], order[:, r:]  # A tokens to fold into B, A tokens that stay
@@ -98,11 +129,11 @@ def merge_similar(tokens: torch.Tensor, budget: int, scores=None, grid=None) -> 
         kept = kept.sort(-1).values
         x = torch.cat([a.gather(1, kept[..., None].expand(-1, -1, x.shape[-1])), b], 1)
         size = torch.cat([sa.gather(1, kept), sb], 1)
-    return x.to(tokens.dtype)
+    return _with_carry(x[..., :dim].to(tokens.dtype), carry, x[..., dim:])
 
 
 @COMPRESSORS.register("two-stage")
-def two_stage_prune(tokens: torch.Tensor, budget: int, scores=None, grid=None, mass: float = 0.4) -> torch.Tensor:
+def two_stage_prune(tokens: torch.Tensor, budget: int, scores=None, grid=None, mass: float = 0.4, carry=None):
     """Stage 1: the highest-scoring tokens until they hold ``mass`` of the (normalised) score mass, at most
     ``budget``; stage 2: the rest of the budget as evenly spaced picks among the tokens left. Original order kept."""
     _check_budget(tokens, budget)
@@ -126,7 +157,7 @@ def two_stage_prune(tokens: torch.Tensor, budget: int, scores=None, grid=None, m
     picked = (~top) & (k < fill[:, None]) & (k * step[:, None] < j + 1)
     keep = top | picked  # [B, N], exactly `budget` per row
     idx = keep.long().argsort(dim=-1, descending=True, stable=True)[:, :budget].sort(-1).values  # [B, M]
-    return tokens.gather(1, idx[..., None].expand(-1, -1, tokens.shape[-1]))
+    return _with_carry(_gather(tokens, idx), carry, None if carry is None else _gather(carry, idx))
 
 
 @contextmanager
@@ -141,12 +172,15 @@ def eager_attention(model):
 
 
 @torch.no_grad()
-def visual_attention_scores(model, input_ids, attention_mask, visual: torch.Tensor, last_rows: int = 4, **model_kwargs):
+def visual_attention_scores(model, input_ids, attention_mask, visual: torch.Tensor, last_rows: int = 4,
+                            position_ids: torch.Tensor | None = None, **model_kwargs):  # fmt: skip
     """Importance of each visual token: attention of the last ``last_rows`` query rows (the prompt's text end) to
     the visual positions, averaged over layers and heads. ``visual [B, T]`` marks the visual positions (N per row).
-    One eager forward of ``model`` -> [B, N]."""
+    One eager forward of ``model`` -> [B, N]. ``position_ids``: the prompt's positions (needed by M-RoPE models).
+    """
     with eager_attention(model):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True, **model_kwargs)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    output_attentions=True, **model_kwargs)  # fmt: skip
     att = torch.stack([a[:, :, -last_rows:].float() for a in out.attentions]).mean(dim=(0, 2, 3))  # [B, T]
     n = int(visual[0].sum())
     return att[visual].view(att.shape[0], n)
