@@ -43,9 +43,45 @@ def uses_mrope(model) -> bool:
     return inner is not None and hasattr(inner, "get_rope_index")
 
 
+class _Tap:
+    """Forward hooks on a decoder that record its final-norm output (the features the LM head reads) and, for a
+    prefill, its input embeddings (image/video features merged in)."""
+
+    def __init__(self, model):
+        self.decoder = model.get_decoder()
+        self.features: torch.Tensor | None = None  # [B, L, H]
+        self.embeds: torch.Tensor | None = None  # [B, L, H]
+
+    def _pre(self, _module, args, kwargs):
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            embeds = self.decoder.embed_tokens(ids)
+        self.embeds = embeds
+
+    def _post(self, _module, _args, output):
+        self.features = output
+
+    def __enter__(self):
+        self.handles = [self.decoder.register_forward_pre_hook(self._pre, with_kwargs=True),
+                        self.decoder.norm.register_forward_hook(self._post)]  # fmt: skip
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+
+
 class ModelRunner:
-    def __init__(self, model, vocab_size: int | None = None):
+    def __init__(self, model, vocab_size: int | None = None, keep_features: bool = False):
         self.model = model
+        # keep_features: record the target's final-norm hidden states (EAGLE-style drafters read them):
+        # ``features`` [B, n, H] of the tokens committed last (the whole prompt after a prefill), and after a prefill
+        # ``prompt_embeds`` [B, T, H] (the decoder's input embeddings).
+        self.keep_features = keep_features
+        self.features: torch.Tensor | None = None
+        self.prompt_embeds: torch.Tensor | None = None
+        self._tentative_features: torch.Tensor | None = None
         self.vocab_size = vocab_size or logits_width(model)
         self.mrope = uses_mrope(model)
         self.device = next(model.parameters()).device
@@ -205,8 +241,19 @@ class ModelRunner:
 
     def _forward(self, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
         """One model call on the runner's cache -> logits [B, L, width]. Subclasses may replace the model."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
+        if not self.keep_features:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
+            return out.logits
+        with _Tap(self.model) as tap:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
+        if self.pending == 0:  # a prefill: every prompt position is committed
+            self.features, self.prompt_embeds = tap.features, tap.embeds
+        else:  # tentative: append to this round's earlier tentative features, if any
+            earlier = self.pending - input_ids.shape[1]
+            prev = self._tentative_features
+            self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
         return out.logits
 
     def commit(self, keep: int | torch.Tensor) -> None:
@@ -229,6 +276,9 @@ class ModelRunner:
             else:
                 committed = self.length - self.pending
                 compact(self.cache, committed, keep.to(self.device))
+        if self.keep_features:  # features of the committed tokens (the tentative block's first n, or the path)
+            t = self._tentative_features
+            self.features = t[:, :n] if isinstance(keep, int) else t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1]))
         self.mask = self.mask[:, : self.length - self.pending + n]
         self.next_pos = self.next_pos + n
         self.pending, self.parents, self.depth = 0, [], []

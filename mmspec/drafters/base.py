@@ -57,6 +57,7 @@ class DraftSession:
 
 class Drafter:
     name: str = "drafter"
+    needs_target_features: bool = False  # the engine's target runner records features (EAGLE-style heads)
 
     def start(self, request: DraftRequest) -> DraftSession:
         raise NotImplementedError  # abstract

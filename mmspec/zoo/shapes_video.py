@@ -35,7 +35,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from .shapes import COLORS, POSITIONS, SHAPES, draw_shape, vocabulary as image_vocabulary
-from .training import count_parameters, fit
+from ..training import count_parameters, fit
 
 ENTRY = "shapes-video"
 NUM_FRAMES = 8
@@ -363,12 +363,13 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
             "models": {}}  # fmt: skip
     if only and (out_dir / "card.json").exists():
         card = json.loads((out_dir / "card.json").read_text())
+    # the target first: the drafters are distilled from it (logit distillation) and the EAGLE head reads its features
     plan = [
+        ("target", lambda: Qwen2VLForConditionalGeneration(video_config(TARGET_SIZES, vocab_size, tok)), True,
+         target_steps, target_lr),
         ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, vocab_size, tok)), False, drafter_steps, 2e-3),
         ("drafter-vlm", lambda: Qwen2VLForConditionalGeneration(video_config(DRAFTER_SIZES, vocab_size, tok)), True,
          drafter_steps, 2e-3),
-        ("target", lambda: Qwen2VLForConditionalGeneration(video_config(TARGET_SIZES, vocab_size, tok)), True,
-         target_steps, target_lr),
         ("eagle", None, True, eagle_steps, 2e-3),
     ]  # fmt: skip
     names = [p[0] for p in plan]
@@ -385,14 +386,18 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         else:
             torch.manual_seed(seed)
             model = build()
+            if name == "target":
 
-            def loss_fn(rng, model=model, with_video=with_video):
-                batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(bs)]
-                return model(**collate(processor, batch, with_video)).loss
+                def loss_fn(rng, model=model):
+                    batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(bs)]
+                    return model(**collate(processor, batch, True)).loss
 
-            model.train()
-            losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=f"train {name}")
-            model.eval()
+                model.train()
+                losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=f"train {name}")
+                model.eval()
+            else:  # drafters: labels + logit distillation from the trained target
+                losses = _distill_drafter(model, out_dir, processor, with_video=with_video, steps=steps, batch_size=bs,
+                                          lr=lr, seed=seed, desc=f"distill {name}")  # fmt: skip
             entry = {"parameters": count_parameters(model), "steps": steps, "lr": lr,
                      "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
             if with_video:
@@ -407,14 +412,33 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
     return card
 
 
-def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int, smoke: bool) -> dict:
+def _load_target(out_dir: Path):
     from transformers import Qwen2VLForConditionalGeneration
 
+    if not (out_dir / "target" / "config.json").exists():
+        raise FileNotFoundError(f"out_dir: no trained target in {out_dir}/target; train it first (--only target)")
+    return Qwen2VLForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,
+                                                           local_files_only=True).eval()  # fmt: skip
+
+
+def _distill_drafter(model, out_dir: Path, processor, *, with_video: bool, steps: int, batch_size: int, lr: float,
+                     seed: int, desc: str) -> list[float]:  # fmt: skip
+    from ..drafting.alignment import distill_drafter
+
+    target = _load_target(out_dir)
+
+    def batches(rng):
+        batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
+        return collate(processor, batch, with_video), collate(processor, batch, True)
+
+    return distill_drafter(model, target, batches, steps=steps, lr=lr, seed=seed, alpha=0.5, desc=desc)
+
+
+def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int, smoke: bool) -> dict:
     from ..drafting.alignment import distill_eagle_head
     from ..drafting.eagle import EagleHead
 
-    target = Qwen2VLForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,
-                                                             local_files_only=True).eval()  # fmt: skip
+    target = _load_target(out_dir)
     torch.manual_seed(seed)
     head = EagleHead.for_target(target)
 

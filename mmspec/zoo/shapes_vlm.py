@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .shapes import make_scene, vocabulary
-from .training import count_parameters, fit
+from ..training import count_parameters, fit
 
 ENTRY = "shapes-vlm"
 IMAGE_SIZE = 96

@@ -1,4 +1,4 @@
-"""The training loop every zoo recipe shares: AdamW, linear warm-up, cosine decay, gradient clipping, tqdm."""
+"""The training loop every zoo recipe and alignment utility shares: AdamW, linear warm-up, cosine decay, gradient clipping, tqdm."""
 
 from __future__ import annotations
 

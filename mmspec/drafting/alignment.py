@@ -1,0 +1,130 @@
+"""Drafter-target alignment (METHODS.md §2): the training recipes the zoo uses for drafters and heads.
+
+- :func:`kl_to_teacher`: logit distillation, KL(p_target || q_drafter) per position (forward KL: the drafter is
+  pushed to cover the target's mass, which is what raises the acceptance rate sum_x min(p, q)).
+- :func:`feature_regression`: hidden-state distillation (smooth L1 to the target's features).
+- :func:`target_outputs`: the target's features, input embeddings and logits for a batch (frozen, one pass).
+- :func:`distill_drafter`: train an independent drafter (small VLM or text-only LM) on a mix of the data's labels and
+  the target's distributions at the answer positions.
+- :func:`distill_eagle_head`: train an :class:`~mmspec.drafting.eagle.EagleHead` on the target's own features and
+  distributions (feature regression + logit distillation, with feature noise as in EAGLE).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..runner import _Tap
+from ..training import fit
+
+
+def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor | None = None,
+                  temperature: float = 1.0) -> torch.Tensor:  # fmt: skip
+    """Mean over (masked) positions of KL(softmax(teacher / T) || softmax(student / T)); logits [..., V], mask [...]."""
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student_logits: expected the teacher's shape {tuple(teacher_logits.shape)}, got {tuple(student_logits.shape)}")
+    log_q = torch.log_softmax(student_logits.float() / temperature, -1)
+    log_p = torch.log_softmax(teacher_logits.float() / temperature, -1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)  # [...]
+    if mask is None:
+        return kl.mean()
+    mask = mask.float()
+    return (kl * mask).sum() / mask.sum().clamp_min(1)
+
+
+def feature_regression(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Smooth L1 between predicted and target features [..., H], averaged over (masked) positions."""
+    loss = torch.nn.functional.smooth_l1_loss(pred.float(), target.float(), reduction="none").mean(-1)  # [...]
+    if mask is None:
+        return loss.mean()
+    mask = mask.float()
+    return (loss * mask).sum() / mask.sum().clamp_min(1)
+
+
+@dataclass
+class TargetOutputs:
+    features: torch.Tensor  # [B, T, H] final-norm hidden states (what the LM head reads)
+    embeds: torch.Tensor  # [B, T, H] the decoder's input embeddings (visual features merged in)
+    logits: torch.Tensor  # [B, T, V]
+
+
+@torch.no_grad()
+def target_outputs(target, batch: dict) -> TargetOutputs:
+    """One frozen forward of ``target`` on a training batch (``labels`` ignored)."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with _Tap(target) as tap:
+        logits = target(**inputs).logits
+    return TargetOutputs(tap.features, tap.embeds, logits)
+
+
+def _answer_rows(labels: torch.Tensor) -> torch.Tensor:
+    """[B, T] True where position t predicts a label (labels shifted: position t predicts token t + 1)."""
+    return labels[:, 1:] != -100
+
+
+def distill_drafter(student, target, batches: Callable[[random.Random], tuple[dict, dict]], *, steps: int, lr: float,
+                    seed: int, alpha: float = 0.5, desc: str = "distill drafter") -> list[float]:  # fmt: skip
+    """Train ``student`` with ``alpha * CE(labels) + (1 - alpha) * KL(target || student)`` at the answer positions.
+
+    ``batches(rng) -> (student_batch, target_batch)``: the same examples as the student sees them (e.g. without the
+    video, for a text-only drafter) and as the target does; both carry ``labels`` over the same answer tokens.
+    """
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha: expected a weight in [0, 1], got {alpha!r}")
+    target.eval()
+
+    def loss_fn(rng):
+        s_batch, t_batch = batches(rng)
+        teacher = target_outputs(target, t_batch).logits[:, :-1][_answer_rows(t_batch["labels"])]  # [A, V]
+        out = student(**s_batch)
+        student_logits = out.logits[:, :-1][_answer_rows(s_batch["labels"])]  # [A, V], same answer tokens in order
+        width = min(teacher.shape[-1], student_logits.shape[-1])
+        kl = kl_to_teacher(student_logits[:, :width], teacher[:, :width])
+        return alpha * out.loss + (1 - alpha) * kl
+
+    student.train()
+    losses = fit(loss_fn, student.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
+    student.eval()
+    return losses
+
+
+def eagle_loss(head, target, batch: dict, noise: float = 0.0, logit_weight: float = 0.1,
+               generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """EAGLE objective on one batch: the head reads (f_i + noise, embed(x_{i+1})) and predicts f_{i+1}; loss =
+    smooth-L1(f^_{i+1}, f_{i+1}) + logit_weight * KL(p_target || q_head) through the target's LM head."""
+    out = target_outputs(target, batch)
+    mask = batch["attention_mask"]
+    pair_mask = mask[:, 1:] * mask[:, :-1]  # [B, T-1] both ends real
+    feats_in = out.features[:, :-1]
+    if noise:  # EAGLE's uniform feature noise: at inference the head reads its own, imperfect features
+        u = torch.rand(feats_in.shape, generator=generator, device=feats_in.device)
+        feats_in = feats_in + noise * (2 * u - 1) * feats_in.abs().mean()
+    pos = (pair_mask.long().cumsum(-1) - 1).clamp_min(0)
+    pred = head(out.embeds[:, 1:], feats_in, pair_mask, pos)  # [B, T-1, H] predicts f_1..f_{T-1}
+    loss = feature_regression(pred, out.features[:, 1:], pair_mask)
+    if logit_weight:
+        logits = target.get_output_embeddings()(pred)
+        loss = loss + logit_weight * kl_to_teacher(logits, out.logits[:, 1:], pair_mask)
+    return loss
+
+
+def distill_eagle_head(head, target, batches: Callable[[random.Random], dict], *, steps: int, lr: float, seed: int,
+                       noise: float = 0.1, logit_weight: float = 0.1, desc: str = "distill eagle head") -> list[float]:  # fmt: skip
+    """Train ``head`` on ``target``'s own features and outputs; ``batches(rng)`` gives model inputs (labels unused).
+    The target (and its embeddings / LM head, which the head shares) stays frozen."""
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    gen = torch.Generator().manual_seed(seed)
+
+    def loss_fn(rng):
+        return eagle_loss(head, target, batches(rng), noise=noise, logit_weight=logit_weight, generator=gen)
+
+    head.train()
+    losses = fit(loss_fn, head.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
+    head.eval()
+    return losses
