@@ -82,7 +82,8 @@ class SpeculativeEngine:
         t_start = time.perf_counter()
 
         # Prefill: the target scores the prompt and samples x_t; the drafter builds its own state.
-        target = ModelRunner(self.target, self.vocab_size, keep_features=self.drafter.needs_target_features)
+        target = ModelRunner(self.target, self.vocab_size, keep_features=self.drafter.needs_target_features,
+                             keep_attention=self.drafter.needs_target_attention)  # fmt: skip
         x_t = sample_tokens(target.prefill(input_ids, attention_mask, **model_kwargs), sampling, generator)  # [B]
         session = self.drafter.start(DraftRequest(
             input_ids=input_ids, attention_mask=attention_mask, model_kwargs=model_kwargs,

@@ -19,6 +19,8 @@ rectangular and an ordinary ``DynamicCache`` serves any batch size.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
+
 import torch
 from transformers import DynamicCache
 
@@ -41,6 +43,17 @@ def uses_mrope(model) -> bool:
     """Models whose language model takes 3-D (temporal, height, width) rotary positions."""
     inner = getattr(model, "model", None)
     return inner is not None and hasattr(inner, "get_rope_index")
+
+
+@contextmanager
+def eager_attention(model):
+    """Temporarily switch a model to eager attention (SDPA does not return attention weights), then restore."""
+    old = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(old)
 
 
 class _Tap:
@@ -73,8 +86,14 @@ class _Tap:
 
 
 class ModelRunner:
-    def __init__(self, model, vocab_size: int | None = None, keep_features: bool = False):
+    def __init__(self, model, vocab_size: int | None = None, keep_features: bool = False,
+                 keep_attention: bool = False):  # fmt: skip
         self.model = model
+        # keep_attention: verification passes (extend) run with eager attention and record ``attention`` [L, B, S]:
+        # per layer, the new tokens' attention over the cache, averaged over heads and new tokens (drafters that
+        # choose visual tokens from the verifier's attention read it).
+        self.keep_attention = keep_attention
+        self.attention: torch.Tensor | None = None
         # keep_features: record the target's final-norm hidden states (EAGLE-style drafters read them):
         # ``features`` [B, n, H] of the tokens committed last (the whole prompt after a prefill), and after a prefill
         # ``prompt_embeds`` [B, T, H] (the decoder's input embeddings).
@@ -241,19 +260,23 @@ class ModelRunner:
 
     def _forward(self, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
         """One model call on the runner's cache -> logits [B, L, width]. Subclasses may replace the model."""
-        if not self.keep_features:
+        attend = self.keep_attention and self.pending > 0  # a verification pass whose attention is recorded
+        with ExitStack() as stack:
+            tap = stack.enter_context(_Tap(self.model)) if self.keep_features else None
+            if attend:
+                stack.enter_context(eager_attention(self.model))
+                kwargs["output_attentions"] = True
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
-            return out.logits
-        with _Tap(self.model) as tap:
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
-        if self.pending == 0:  # a prefill: every prompt position is committed
-            self.features, self.prompt_embeds = tap.features, tap.embeds
-        else:  # tentative: append to this round's earlier tentative features, if any
-            earlier = self.pending - input_ids.shape[1]
-            prev = self._tentative_features
-            self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
+        if attend:
+            self.attention = torch.stack([a.float().mean(dim=(1, 2)) for a in out.attentions])  # [L, B, S]
+        if tap is not None:
+            if self.pending == 0:  # a prefill: every prompt position is committed
+                self.features, self.prompt_embeds = tap.features, tap.embeds
+            else:  # tentative: append to this round's earlier tentative features, if any
+                earlier = self.pending - input_ids.shape[1]
+                prev = self._tentative_features
+                self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
         return out.logits
 
     def commit(self, keep: int | torch.Tensor) -> None:

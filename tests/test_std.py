@@ -89,3 +89,20 @@ def test_std_errors(llava_trio, llama_pair):
     ids = torch.randint(3, 40, (1, 6))  # a prompt with no visual tokens
     with pytest.raises(ValueError, match="same number of visual tokens"):
         SpeculativeEngine(target, STDDrafter(target)).generate(ids)
+
+
+@pytest.mark.parametrize("shape", [dict(num_draft_tokens=4), dict(tree=(2, 2, 1))], ids=str)
+def test_verifier_attention_feedback_greedy_identity(llava_trio, qwen_pair, shape):
+    for target, (ids, mask, kw), keep in [(llava_trio[0], llava_inputs(batch=3, pad_rows=(1,)), 2),
+                                          (qwen_pair[0], qwen2vl_inputs(batch=2), 3)]:  # fmt: skip
+        _engine_check(target, STDDrafter(target, keep=keep, feedback=True), ids, mask, kw, **shape)
+
+
+def test_feedback_rebuild_is_exact_with_every_visual_entry(qwen_pair):
+    """With feedback the sparse view is rebuilt from the target's cache every round; with keep = N the rebuilt view is
+    the whole cache, so the draft is the target and every draft is accepted (a rebuild that loses or misplaces the
+    committed entries fails this)."""
+    target = qwen_pair[0]
+    ids, mask, kw = qwen2vl_inputs(batch=2)
+    out = _engine_check(target, STDDrafter(target, keep=6, feedback=True), ids, mask, kw, num_draft_tokens=4)
+    assert all(r.committed == r.draft_len + 1 for r in out.stats.rounds[:-1])

@@ -58,6 +58,7 @@ class DraftSession:
 class Drafter:
     name: str = "drafter"
     needs_target_features: bool = False  # the engine's target runner records features (EAGLE-style heads)
+    needs_target_attention: bool = False  # ... and its verification attention (verifier-attention feedback)
 
     def start(self, request: DraftRequest) -> DraftSession:
         raise NotImplementedError  # abstract

@@ -10,6 +10,8 @@ accepted tokens arrives with the next round's append. Draft cost per token = one
 
 from __future__ import annotations
 
+import torch
+
 from ..drafting.kv_sharing import layer_visual_scores, sparse_kv_index, visual_mask
 from ..runner import ModelRunner
 from .base import DRAFTERS, DraftRequest, Drafter
@@ -27,6 +29,7 @@ class STDDraftSession(ModelDraftSession):
         scores = layer_visual_scores(target, request.input_ids, request.attention_mask, visual, request.model_kwargs,
                                      rows=drafter.query_rows)  # [L, B, N]  # fmt: skip
         self.runner = ModelRunner(drafter.target, request.vocab_size)
+        self.keep, self.feedback, self.visual = drafter.keep, drafter.feedback, visual  # visual [B, T_prompt]
         self.runner.prefill_from(target, index=sparse_kv_index(visual, scores, drafter.keep))
         self.runner.forwards = 1  # the scoring pass
         self.synced = target.length  # target cache entries already in the sparse view
@@ -49,20 +52,32 @@ class STDDraftSession(ModelDraftSession):
 
     def accept(self, num_accepted, emitted, path=None) -> None:
         self.runner.commit(0)  # drop the sparse draft entries; the target's dense ones come with the next _sync
+        if self.feedback and self.target.attention is not None:
+            # verifier-attention feedback: this round's verification attention over the visual entries picks the
+            # visual KV the next round's drafts read (per layer); the view is rebuilt from the target's cache
+            b, t = self.visual.shape
+            n = int(self.visual[0].sum())
+            scores = self.target.attention[:, :, :t][:, self.visual].view(-1, b, n)  # [L, B, N]
+            visual = torch.nn.functional.pad(self.visual, (0, self.target.length - t))  # [B, S] committed
+            self.runner.prefill_from(self.target, index=sparse_kv_index(visual, scores, self.keep))
+            self.synced = self.target.length
 
 
 @DRAFTERS.register("std")
 class STDDrafter(Drafter):
     """Sparse-to-dense self-drafting: the target with ``keep`` visual KV entries per layer drafts, the full target
-    verifies. ``query_rows``: how many of the prompt's last text tokens rank the visual tokens."""
+    verifies. ``query_rows``: how many of the prompt's last text tokens rank the visual tokens. ``feedback``: after
+    every round, re-rank the visual entries by the verification pass's own attention (verifier-attention feedback;
+    verification then runs with eager attention to expose the weights)."""
 
-    def __init__(self, target, keep: int = 16, query_rows: int = 8):
+    def __init__(self, target, keep: int = 16, query_rows: int = 8, feedback: bool = False):
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValueError(f"keep: expected an int >= 1 (visual KV entries kept per layer), got {keep!r}")
         if not isinstance(query_rows, int) or query_rows < 1:
             raise ValueError(f"query_rows: expected an int >= 1, got {query_rows!r}")
-        self.target, self.keep, self.query_rows = target.eval(), keep, query_rows
-        self.name = f"std[{keep}]"
+        self.target, self.keep, self.query_rows, self.feedback = target.eval(), keep, query_rows, bool(feedback)
+        self.needs_target_attention = self.feedback  # the engine records the verifier's attention for us
+        self.name = f"std[{keep}]" + ("+feedback" if feedback else "")
 
     def check_compatible(self, target, vocab_size: int) -> None:
         if target is not self.target:

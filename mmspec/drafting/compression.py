@@ -22,12 +22,12 @@ returns ``(tokens [B, M, D], carry [B, M, E])``.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import Callable
 
 import torch
 
 from ..registry import Registry
+from ..runner import eager_attention
 
 Compressor = Callable[..., torch.Tensor]
 COMPRESSORS: Registry[Compressor] = Registry("visual token compressor")
@@ -158,17 +158,6 @@ def two_stage_prune(tokens: torch.Tensor, budget: int, scores=None, grid=None, m
     keep = top | picked  # [B, N], exactly `budget` per row
     idx = keep.long().argsort(dim=-1, descending=True, stable=True)[:, :budget].sort(-1).values  # [B, M]
     return _with_carry(_gather(tokens, idx), carry, None if carry is None else _gather(carry, idx))
-
-
-@contextmanager
-def eager_attention(model):
-    """Temporarily switch a model to eager attention (SDPA does not return attention weights), then restore."""
-    old = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        yield model
-    finally:
-        model.set_attn_implementation(old)
 
 
 @torch.no_grad()
