@@ -9,6 +9,8 @@ drafter's prefill and KV cache shrink by N - M tokens per image.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..drafting.compression import COMPRESSORS, visual_attention_scores
@@ -18,13 +20,22 @@ from .early_exit import prompt_embeddings
 from .model import ModelDrafter, ModelDraftSession
 
 
-def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress, positions=None):
+@dataclass
+class CompressedPrompt:
+    embeds: torch.Tensor  # [B, T', D] with T' = T - N + M
+    mask: torch.Tensor  # [B, T']
+    positions: torch.Tensor | None = None  # [B, T', P] when positions were given
+    labels: torch.Tensor | None = None  # [B, T'] when labels were given (-100 on the compressed visual slots)
+
+
+def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress, positions=None,
+                    labels=None) -> CompressedPrompt:  # fmt: skip
     """Replace each row's visual span (one image or clip, N placeholders) by ``compress(visual [B, N, D], visual_mask,
     carry) -> [B, M, D]`` (or ``(tokens, carry)`` when ``positions`` are given).
 
-    embeds [B, T, D], input_ids / attention_mask [B, T] -> (embeds [B, T', D], mask [B, T']) with T' = T - N + M;
-    with ``positions [B, T, P]`` (e.g. 3-D rotary positions) also the compressed positions [B, T', P]: text keeps
-    its own, visual slots get what the compressor carried (the kept tokens' own, or group means rounded).
+    embeds [B, T, D], input_ids / attention_mask [B, T]. ``positions [B, T, P]`` (e.g. 3-D rotary positions): text
+    keeps its own, visual slots get what the compressor carried (the kept tokens' own, or group means rounded).
+    ``labels [B, T]`` (training): text keeps its labels, compressed visual slots get -100.
     """
     visual = torch.zeros_like(input_ids, dtype=torch.bool)
     for pid in placeholder_ids:
@@ -50,9 +61,11 @@ def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress
         out = full.gather(1, src[..., None].expand(-1, -1, full.shape[-1]))
         return torch.where(in_span[..., None], span.gather(1, slot.expand(-1, -1, span.shape[-1])), out)
 
-    out = (place(embeds, small), attention_mask.gather(1, src))
+    out = CompressedPrompt(place(embeds, small.to(embeds.dtype)), attention_mask.gather(1, src))
     if positions is not None:
-        out += (place(positions, small_pos.round().to(positions.dtype)),)
+        out.positions = place(positions, small_pos.round().to(positions.dtype))
+    if labels is not None:
+        out.labels = labels.gather(1, src).masked_fill(in_span, -100)
     return out
 
 
@@ -86,12 +99,10 @@ class CompressedDraftSession(ModelDraftSession):
 
         if self.runner.mrope:  # 3-D rotary positions travel with the visual tokens they belong to
             out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress, positions.permute(1, 2, 0))
-            embeds, mask, positions = out[0], out[1], out[2].permute(2, 0, 1)  # positions [3, B, T']
-            self.runner.prefill(None, mask, inputs_embeds=embeds, position_ids=positions)
+            self.runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=out.positions.permute(2, 0, 1))
         else:  # 1-D positions: the compressed prompt is renumbered contiguously
-            embeds, mask = compress_prompt(embeds, ids, mask, request.placeholder_ids,
-                                           lambda v, m, c: compress(v, m, None))  # fmt: skip
-            self.runner.prefill(None, mask, inputs_embeds=embeds)
+            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, lambda v, m, c: compress(v, m, None))
+            self.runner.prefill(None, out.mask, inputs_embeds=out.embeds)
         self.visual_tokens = drafter.budget
         self.carry = ids.new_zeros((ids.shape[0], 0))
         self._feed, self._k = self.carry, 0
@@ -101,12 +112,18 @@ class CompressedDraftSession(ModelDraftSession):
 class CompressedVLMDrafter(ModelDrafter):
     """A small VLM drafter whose image is compressed to ``budget`` visual tokens by ``compressor`` ("grid-pool",
     "top-k", "merge", "two-stage"); score-based compressors rank tokens by the drafter's own text-to-image
-    attention (one eager pass at prefill). ``grid`` = the (h, w) patch grid (default: square)."""
+    attention (one eager pass at prefill); or a learned compressor module such as a
+    :class:`~mmspec.drafting.query_adaptor.QueryAdaptor` (``budget`` = its query count). ``grid`` = the (h, w) or
+    (t, h, w) visual token grid (default: from ``image_grid_thw`` / ``video_grid_thw``, else square)."""
 
-    def __init__(self, model, compressor: str = "grid-pool", budget: int = 4, grid: tuple[int, int] | None = None):
+    def __init__(self, model, compressor="grid-pool", budget: int = 4, grid: tuple[int, ...] | None = None):
         super().__init__(model, text_only=False)
-        self.compressor = COMPRESSORS.get(compressor)
-        self.needs_scores = compressor in ("top-k", "two-stage")
+        if callable(compressor):  # a learned compressor, e.g. a QueryAdaptor
+            self.compressor, self.needs_scores = compressor, False
+            compressor = type(compressor).__name__
+        else:
+            self.compressor = COMPRESSORS.get(compressor)
+            self.needs_scores = compressor in ("top-k", "two-stage")
         if not isinstance(budget, int) or budget < 1:
             raise ValueError(f"budget: expected an int >= 1 (visual tokens the drafter keeps), got {budget!r}")
         self.budget, self.grid = budget, grid

@@ -6,6 +6,8 @@
 - :func:`target_outputs`: the target's features, input embeddings and logits for a batch (frozen, one pass).
 - :func:`distill_drafter`: train an independent drafter (small VLM or text-only LM) on a mix of the data's labels and
   the target's distributions at the answer positions.
+- :func:`distill_compressed_drafter`: train a drafter together with a learned visual compressor (a Q-Former-style
+  :class:`~mmspec.drafting.query_adaptor.QueryAdaptor`) on compressed views, against labels and the target.
 - :func:`distill_eagle_head`: train an :class:`~mmspec.drafting.eagle.EagleHead` on the target's own features and
   distributions (feature regression + logit distillation, with feature noise as in EAGLE).
 """
@@ -127,4 +129,56 @@ def distill_eagle_head(head, target, batches: Callable[[random.Random], dict], *
     head.train()
     losses = fit(loss_fn, head.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
     head.eval()
+    return losses
+
+
+def compressed_forward(drafter, compressor, batch: dict, placeholder_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drafter's training forward on a compressed view of ``batch``: its own prompt embeddings with the visual
+    span replaced by ``compressor`` (3-D positions carried along for M-RoPE drafters) -> (logits [B, T', V],
+    labels [B, T'])."""
+    from ..drafters.compressed import compress_prompt
+    from ..drafters.early_exit import prompt_embeddings
+    from ..runner import ModelRunner
+
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    kwargs = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask", "labels")}
+    runner = ModelRunner(drafter)
+    positions = runner.prompt_positions(ids, mask, kwargs)  # [B, T] or [3, B, T]
+    embeds = prompt_embeddings(drafter, ids, mask, positions, kwargs)  # [B, T, D], differentiable
+
+    def compress(visual, _mask, carry):
+        return compressor(visual, carry=carry) if carry is not None else compressor(visual)
+
+    if runner.mrope:
+        out = compress_prompt(embeds, ids, mask, placeholder_ids, compress, positions.permute(1, 2, 0), labels=labels)
+        pos = out.positions.permute(2, 0, 1)
+    else:
+        out = compress_prompt(embeds, ids, mask, placeholder_ids, lambda v, m, c: compress(v, m, None), labels=labels)
+        pos = (out.mask.cumsum(-1) - 1).clamp_min(0)
+    logits = drafter(inputs_embeds=out.embeds, attention_mask=out.mask, position_ids=pos).logits
+    return logits, out.labels
+
+
+def distill_compressed_drafter(drafter, compressor, target, batches: Callable[[random.Random], dict], *, steps: int,
+                               lr: float, seed: int, placeholder_ids, alpha: float = 0.5,
+                               desc: str = "distill compressed drafter") -> list[float]:  # fmt: skip
+    """Train ``drafter`` and a learned ``compressor`` jointly on compressed views: ``alpha * CE(labels) + (1 - alpha)
+    * KL(target || drafter)`` at the answer positions. ``batches(rng)`` gives one batch both models read."""
+    target.eval()
+    params = list(drafter.parameters()) + list(compressor.parameters())
+
+    def loss_fn(rng):
+        batch = batches(rng)
+        teacher = target_outputs(target, batch).logits[:, :-1][_answer_rows(batch["labels"])]  # [A, V]
+        logits, labels = compressed_forward(drafter, compressor, batch, placeholder_ids)
+        student = logits[:, :-1][_answer_rows(labels)]  # [A, V]
+        ce = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+        width = min(teacher.shape[-1], student.shape[-1])
+        return alpha * ce + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width])
+
+    drafter.train()
+    compressor.train()
+    losses = fit(loss_fn, params, steps=steps, lr=lr, seed=seed, desc=desc)
+    drafter.eval()
+    compressor.eval()
     return losses
