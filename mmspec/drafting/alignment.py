@@ -160,12 +160,14 @@ def compressed_forward(drafter, compressor, batch: dict, placeholder_ids) -> tup
 
 
 def distill_compressed_drafter(drafter, compressor, target, batches: Callable[[random.Random], dict], *, steps: int,
-                               lr: float, seed: int, placeholder_ids, alpha: float = 0.5,
+                               lr: float, seed: int, placeholder_ids, alpha: float = 0.5, train_drafter: bool = True,
                                desc: str = "distill compressed drafter") -> list[float]:  # fmt: skip
-    """Train ``drafter`` and a learned ``compressor`` jointly on compressed views: ``alpha * CE(labels) + (1 - alpha)
-    * KL(target || drafter)`` at the answer positions. ``batches(rng)`` gives one batch both models read."""
+    """Train a learned ``compressor`` (and, with ``train_drafter``, its ``drafter``) on compressed views:
+    ``alpha * CE(labels) + (1 - alpha) * KL(target || drafter)`` at the answer positions. ``batches(rng)`` gives one
+    batch both models read. With ``train_drafter=False`` the drafter stays frozen: the adaptor learns to speak the
+    drafter's visual language, and one drafter serves both full and compressed views."""
     target.eval()
-    params = list(drafter.parameters()) + list(compressor.parameters())
+    params = list(compressor.parameters()) + (list(drafter.parameters()) if train_drafter else [])
 
     def loss_fn(rng):
         batch = batches(rng)
@@ -176,7 +178,7 @@ def distill_compressed_drafter(drafter, compressor, target, batches: Callable[[r
         width = min(teacher.shape[-1], student.shape[-1])
         return alpha * ce + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width])
 
-    drafter.train()
+    drafter.train(train_drafter)
     compressor.train()
     losses = fit(loss_fn, params, steps=steps, lr=lr, seed=seed, desc=desc)
     drafter.eval()

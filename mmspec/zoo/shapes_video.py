@@ -15,8 +15,13 @@ Models (one word-level tokenizer, saved with the processor in ``target/``):
                    for 8 frames of 64 px) and an 8-layer language model with M-RoPE.
 - ``drafter-vlm``  the same architecture, 2 layers at half width (a small video LM drafter).
 - ``drafter-text`` a 2-layer LlamaForCausalLM that never sees the clip (text-only drafter).
+- ``adaptor``      a Q-Former-style query adaptor (:mod:`mmspec.drafting.query_adaptor`): 16 learned queries that
+                   compress drafter-vlm's 64 video tokens (drafter frozen, adaptor distilled against the target).
 - ``eagle``        an EAGLE-style feature-injection head on the target (:mod:`mmspec.drafting.eagle`), trained by
                    distillation on the target's own hidden states and outputs.
+
+The drafters are trained on labels plus logit distillation from the trained target (:mod:`mmspec.drafting.alignment`),
+so the target is trained first.
 
 ``mmspec zoo train shapes-video`` rebuilds everything from scratch.
 """
@@ -348,7 +353,7 @@ def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> fl
 def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int = 1500, eagle_steps: int = 1500,
           batch_size: int = 32, target_lr: float = 1e-3, seed: int = 0, smoke: bool = False,
           only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
-    """Train the entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, eagle/, card.json).
+    """Train the entry into ``out_dir`` (target/, drafter-text/, drafter-vlm/, adaptor/, eagle/, card.json).
 
     ``only``: retrain just these models; the others and their card entries stay as they are. The EAGLE head is
     trained on the target found in ``out_dir`` (train the target first).
@@ -370,6 +375,7 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, vocab_size, tok)), False, drafter_steps, 2e-3),
         ("drafter-vlm", lambda: Qwen2VLForConditionalGeneration(video_config(DRAFTER_SIZES, vocab_size, tok)), True,
          drafter_steps, 2e-3),
+        ("adaptor", None, True, drafter_steps // 2, 2e-3),
         ("eagle", None, True, eagle_steps, 2e-3),
     ]  # fmt: skip
     names = [p[0] for p in plan]
@@ -382,7 +388,9 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         steps = 2 if smoke else steps
         t0 = time.perf_counter()
         if name == "eagle":
-            entry = _train_eagle(out_dir, processor, steps=steps, batch_size=bs, lr=lr, seed=seed, smoke=smoke)
+            entry = _train_eagle(out_dir, processor, steps=steps, batch_size=bs, lr=lr, seed=seed)
+        elif name == "adaptor":
+            entry = _train_adaptor(out_dir, processor, steps=steps, batch_size=bs, lr=lr, seed=seed)
         else:
             torch.manual_seed(seed)
             model = build()
@@ -434,13 +442,43 @@ def _distill_drafter(model, out_dir: Path, processor, *, with_video: bool, steps
     return distill_drafter(model, target, batches, steps=steps, lr=lr, seed=seed, alpha=0.5, desc=desc)
 
 
-def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int, smoke: bool) -> dict:
+ADAPTOR_QUERIES = 16  # the query adaptor compresses the 64 video tokens to 16 for drafter-vlm
+
+
+def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
+    """A Q-Former-style query adaptor for the (frozen) drafter-vlm, distilled against the target."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from ..drafting.alignment import distill_compressed_drafter
+    from ..drafting.query_adaptor import QueryAdaptor
+
+    target = _load_target(out_dir)
+    drafter = Qwen2VLForConditionalGeneration.from_pretrained(out_dir / "drafter-vlm", dtype=torch.float32,
+                                                              local_files_only=True).eval()  # fmt: skip
+    torch.manual_seed(seed)
+    adaptor = QueryAdaptor(drafter.config.text_config.hidden_size, ADAPTOR_QUERIES)
+    video_id = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+
+    def batches(rng):
+        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
+
+    losses = distill_compressed_drafter(drafter, adaptor, target, batches, steps=steps, lr=lr, seed=seed,
+                                        placeholder_ids=(video_id,), train_drafter=False, desc="distill adaptor")  # fmt: skip
+    adaptor.half().save_pretrained(out_dir / "adaptor")  # float16 on disk, like the models
+    return {"parameters": count_parameters(adaptor), "queries": ADAPTOR_QUERIES, "steps": steps, "lr": lr,
+            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+
+
+EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of the target
+
+
+def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
     from ..drafting.alignment import distill_eagle_head
     from ..drafting.eagle import EagleHead
 
     target = _load_target(out_dir)
     torch.manual_seed(seed)
-    head = EagleHead.for_target(target)
+    head = EagleHead.for_target(target, intermediate_size=EAGLE_INTERMEDIATE)
 
     def batches(rng):
         batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
@@ -449,6 +487,6 @@ def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: f
         return enc
 
     losses = distill_eagle_head(head, target, batches, steps=steps, lr=lr, seed=seed)
-    head.save_pretrained(out_dir / "eagle")
+    head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
     return {"parameters": count_parameters(head), "steps": steps, "lr": lr,
             "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
