@@ -28,6 +28,7 @@ class RunResult:
     new_tokens: torch.Tensor  # [1, T] generated ids (EOS included, padding stripped when compared)
     committed: int  # tokens produced by verification forwards (speculative: all but the prefill's token)
     verify_forwards: int  # target forwards that verified drafts (plain decoding: one per token)
+    prefill_seconds: float | None = None  # time to the first token (prompt pass, drafter set-up), when measured
 
 
 @dataclass
@@ -53,18 +54,37 @@ class BenchRow:
     speedup_vs_hf: float | None
     identical_to_ar: bool
     params: dict
+    prefill_seconds_median: float | None = None  # per repetition over all inputs (None: not measured)
+    decode_seconds_median: float | None = None  # the rest of the time: drafting, verification, commits
 
 
 def _strip(tokens: torch.Tensor, pad_token_id: int) -> list[int]:
     return [t for t in tokens.flatten().tolist() if t != pad_token_id]
 
 
+def drop_unsupported(methods: list[Method], inputs: list[dict]) -> tuple[list[Method], dict[str, str]]:
+    """Run every peer (Hugging Face) method once on the first input; those that raise are dropped and reported
+    (name -> error) instead of aborting the benchmark (e.g. a configuration the peer library does not support)."""
+    kept, skipped = [], {}
+    for m in methods:
+        if m.family == "hf":
+            try:
+                m.run(inputs[0])
+            except Exception as e:  # noqa: BLE001 - reported to the user with the peer's own message
+                skipped[m.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                continue
+        kept.append(m)
+    return kept, skipped
+
+
 def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progress: bool = True):
     """Warm up every method once, then ``reps`` interleaved repetitions over all inputs.
 
-    Returns (seconds per method: list over reps, results per method: list over inputs from the last repetition).
+    Returns (seconds per method: list over reps, results per method: list over inputs from the warm-up pass,
+    prefill seconds per method: list over reps, empty when the method does not measure it).
     """
     seconds: dict[str, list[float]] = {m.name: [] for m in methods}
+    prefill: dict[str, list[float]] = {m.name: [] for m in methods}
     results: dict[str, list[RunResult]] = {}
     for m in methods:  # warm-up (excluded) and the outputs compared for identity
         results[m.name] = [m.run(x) for x in inputs]
@@ -73,15 +93,16 @@ def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progre
         order = methods[rep % len(methods) :] + methods[: rep % len(methods)]  # rotate: no fixed position bias
         for m in order:
             t0 = time.perf_counter()
-            for x in inputs:
-                m.run(x)
+            runs = [m.run(x) for x in inputs]
             seconds[m.name].append(time.perf_counter() - t0)
+            if all(r.prefill_seconds is not None for r in runs):
+                prefill[m.name].append(sum(r.prefill_seconds for r in runs))
             bar.update(1)
     bar.close()
-    return seconds, results
+    return seconds, results, prefill
 
 
-def summarise(methods: list[Method], seconds, results, pad_token_id: int) -> list[BenchRow]:
+def summarise(methods: list[Method], seconds, results, pad_token_id: int, prefill=None) -> list[BenchRow]:
     by_name = {m.name: m for m in methods}
     ar = next(m for m in methods if m.family == "ar")
     ref = [_strip(r.new_tokens, pad_token_id) for r in results[ar.name]]
@@ -97,6 +118,7 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int) -> lis
         forwards = sum(r.verify_forwards for r in rs)
         committed = sum(r.committed for r in rs)
         peer = best_hf.get(m.draft_source)
+        pre = statistics.median(prefill[name]) if prefill and prefill.get(name) else None
         rows.append(BenchRow(
             method=name, family=m.family, draft_source=m.draft_source, lossless=m.lossless,
             mean_accepted_tokens=round(committed / max(1, forwards), 3),
@@ -105,6 +127,8 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int) -> lis
             speedup_vs_hf=round(tps[name] / peer, 3) if peer else None,
             identical_to_ar=[_strip(r.new_tokens, pad_token_id) for r in rs] == ref,
             params=m.params,
+            prefill_seconds_median=None if pre is None else round(pre, 4),
+            decode_seconds_median=None if pre is None else round(statistics.median(seconds[name]) - pre, 4),
         ))  # fmt: skip
     return rows
 

@@ -14,6 +14,7 @@ Methods, all decoding the same processor outputs (batch 1, as Spec-Bench):
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import torch
@@ -25,13 +26,25 @@ from .modalities.vlm import VLMSpeculator
 
 
 class ForwardCounter:
-    """Counts calls of a module's forward (the target's verification forwards under HF generate)."""
+    """Counts calls of a module's forward (the target's verification forwards under HF generate) and times the first
+    call after each reset (the prompt pass: HF's prefill)."""
 
     def __init__(self, module):
         self.count = 0
-        self.handle = module.register_forward_hook(self._hook)
+        self.first_seconds: float | None = None
+        self._t0 = 0.0
+        self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._hook)]
+
+    def reset(self) -> None:
+        self.count, self.first_seconds = 0, None
+
+    def _pre(self, *_):
+        if self.count == 0:
+            self._t0 = time.perf_counter()
 
     def _hook(self, *_):
+        if self.count == 0:
+            self.first_seconds = time.perf_counter() - self._t0
         self.count += 1
 
 
@@ -57,7 +70,7 @@ def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 
 
     def hf(**kwargs):
         def run(enc):
-            counter.count = 0
+            counter.reset()
             out = target.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
             new = out[:, enc["input_ids"].shape[1] :]
             return RunResult(new, new.shape[1], counter.count)  # HF's first call prefills and verifies at once
@@ -136,7 +149,7 @@ def bench_vlm(*, scenes: int = 8, reps: int = 5, max_new_tokens: int = 48, json_
     inputs = [dict(x) for x in inputs]
     methods = vlm_methods(models, max_new_tokens, ks=ks)
     with torch.inference_mode():
-        seconds, results = run_interleaved(methods, inputs, reps, progress)
+        seconds, results, _ = run_interleaved(methods, inputs, reps, progress)
     rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id)
     meta = {"benchmark": "vlm", "zoo": "shapes-vlm", "task": "greedy captioning of held-out scenes",
             "scenes": scenes, "reps": reps, "max_new_tokens": max_new_tokens, "machine": machine_description()}  # fmt: skip

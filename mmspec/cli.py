@@ -1,4 +1,4 @@
-"""The ``mmspec`` command: demo, bench (vlm, verifiers), verifiers, zoo train."""
+"""The ``mmspec`` command: demo, bench (vlm, video, verifiers), verifiers, zoo train."""
 
 from __future__ import annotations
 
@@ -55,6 +55,18 @@ def bench(args) -> None:
         print(f"\nrows written to {args.json}")
 
 
+def bench_video(args) -> None:
+    from . import zoo
+    from .bench_video import bench_video as run, print_report
+
+    models = zoo.ZOO.get("shapes-video").load(args.zoo_path) if args.zoo_path else None
+    rows, meta = run(clips=args.clips, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
+                     plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
+    print_report(rows, meta)
+    if args.json:
+        print(f"\nrows written to {args.json}")
+
+
 def bench_verifiers(args) -> None:
     from .bench_verifiers import bench_verifiers as run, markdown
 
@@ -99,6 +111,15 @@ def main(argv=None) -> None:
     v.add_argument("--json", default=None, help="write the rows as JSON here")
     v.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
     v.set_defaults(func=bench)
+    vv = b.add_parser("video", help="shapes-video: plain greedy vs mmspec drafters (STD, EAGLE, compression) vs HF")
+    vv.add_argument("--clips", type=int, default=8, help="held-out clips to caption")
+    vv.add_argument("--reps", type=int, default=5, help="interleaved timed repetitions (after one warm-up)")
+    vv.add_argument("--max-new-tokens", type=int, default=64)
+    vv.add_argument("--only", default=None, help="run only methods whose name contains this (plus plain decoding)")
+    vv.add_argument("--zoo-path", default=None, help="load the shapes-video models from here (default: bundled)")
+    vv.add_argument("--json", default=None, help="write the rows as JSON here")
+    vv.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
+    vv.set_defaults(func=bench_video)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)
     w.add_argument("--k", type=int, default=8, help="draft length")

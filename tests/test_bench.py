@@ -24,3 +24,22 @@ def test_bench_vlm_cli_writes_rows(tmp_path, capsys):
     assert spec["speedup_vs_hf"] is not None and "HF assisted small-VLM K=4" in rows
     assert (tmp_path / "b.png").stat().st_size > 1000
     assert data["meta"]["scenes"] == 1
+
+
+def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
+    """`mmspec bench video` on the bundled shapes-video models: every method present, lossless ones identical to plain
+    decoding, prefill and decode times reported separately, drafter visual-token budgets recorded."""
+    out = tmp_path / "video.json"
+    main(["bench", "video", "--clips", "1", "--reps", "1", "--max-new-tokens", "32", "--json", str(out)])
+    assert "| drafter visual tokens |" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    assert data["meta"]["visual_tokens_per_clip"] == 64
+    for r in rows.values():
+        assert r["identical_to_ar"] is True or not r["lossless"], r["method"]
+        assert r["prefill_seconds_median"] is not None and r["decode_seconds_median"] is not None, r["method"]
+    for family in ("STD keep", "EAGLE head K=", "query adaptor", "grid-pool 16 visual tokens", "HF assisted small video-LM"):
+        assert any(family in name for name in rows), family
+    assert rows["mmspec small video-LM K=5"]["mean_accepted_tokens"] > 2.0
+    assert rows["mmspec EAGLE head K=5"]["mean_accepted_tokens"] > 2.0
+    assert rows["mmspec STD keep 16 K=5"]["params"]["visual_tokens"] == 16

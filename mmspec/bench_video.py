@@ -1,0 +1,178 @@
+"""``mmspec bench video``: the bundled shapes-video models, greedy captioning of held-out clips (batch 1).
+
+Every method decodes the same processor outputs; times are medians of interleaved repetitions (see
+:mod:`mmspec.bench`). Prefill (prompt pass + drafter set-up, up to the first token) and decode time are reported
+separately: visual tokens dominate a video prompt, so prefill grows with frames while decoding is what speculation
+speeds up. Methods:
+
+- ``plain greedy``: ``target.generate(do_sample=False)``;
+- mmspec: the small video-LM drafter at several K and as a tree; the text-only drafter; the small drafter seeing a
+  compressed clip (grid pooling over time and space, ToMe merging, two-stage pruning, the learned query adaptor:
+  16 of 64 visual tokens); STD sparse-to-dense self-drafting (top-k visual KV per layer, with and without
+  verifier-attention feedback); the EAGLE head (chain, static tree, confidence-guided dynamic tree); early exit;
+  prompt lookup;
+- Hugging Face peers: assisted generation with the same small drafter / text-only drafter (constant K and HF
+  defaults) and prompt lookup decoding. For HF rows, "prefill" is the target's first forward (HF's prompt pass).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .bench import (Method, RunResult, drop_unsupported, machine_description, run_interleaved, save_json, save_plot,
+                    summarise)  # fmt: skip
+from .bench_vlm import ForwardCounter, assistant_settings
+from .config import SpecConfig
+from .drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
+from .drafting.eagle import EagleDrafter
+from .modalities.video import VideoSpeculator
+
+
+def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16, std_keep=(8, 16),
+                  early_exit_layers: int = 2, tree=(2, 2, 1, 1), eagle_tree=(3, 3, 2, 2, 1)):  # fmt: skip
+    target, processor = models.target, models.processor
+    tok = processor.tokenizer
+    counter = ForwardCounter(target)
+
+    def hf(**kwargs):
+        def run(enc):
+            counter.reset()
+            out = target.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
+            new = out[:, enc["input_ids"].shape[1] :]
+            return RunResult(new, new.shape[1], counter.count, counter.first_seconds)
+
+        return run
+
+    def hf_assisted(assistant, **settings):
+        base = hf(assistant_model=assistant)
+
+        def run(enc):
+            with assistant_settings(assistant, **settings):
+                return base(enc)
+
+        return run
+
+    def mm(drafter, **cfg):
+        spec = VideoSpeculator(target, processor, drafter=drafter)
+        config = SpecConfig(max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, **cfg)
+
+        def run(enc):
+            kw = dict(enc)
+            ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
+            out = spec.engine.generate(ids, mask, config=config, **kw)
+            rounds = out.stats.rounds
+            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds)
+
+        return run
+
+    small, text = models.drafter_vlm, models.drafter_text
+    full = {"visual_tokens": "all"}
+    methods = [Method("plain greedy (HF generate)", "ar", "none", True, hf())]
+    for k in ks:
+        methods.append(Method(f"mmspec small video-LM K={k}", "mmspec", "small-vlm", True,
+                              mm(ModelDrafter(small), num_draft_tokens=k), {"K": k, **full}))  # fmt: skip
+    k_mid = ks[len(ks) // 2]
+    methods += [
+        Method(f"mmspec small video-LM tree {tree}", "mmspec", "small-vlm", True, mm(ModelDrafter(small), tree=tree),
+               {"tree": list(tree), **full}),
+        Method("mmspec text-only K=4", "mmspec", "text-only", True, mm(ModelDrafter(text, text_only=True)),
+               {"K": 4, "visual_tokens": 0}),
+    ]  # fmt: skip
+    for c in ("grid-pool", "merge", "two-stage"):
+        methods.append(Method(f"mmspec small video-LM {c} {budget} visual tokens K={k_mid}", "mmspec", "small-vlm", True,
+                              mm(CompressedVLMDrafter(small, c, budget), num_draft_tokens=k_mid),
+                              {"K": k_mid, "compressor": c, "visual_tokens": budget}))  # fmt: skip
+    if getattr(models, "adaptor", None) is not None:
+        q = models.adaptor.num_queries
+        methods.append(Method(f"mmspec small video-LM query adaptor {q} visual tokens K={k_mid}", "mmspec", "small-vlm",
+                              True, mm(CompressedVLMDrafter(small, models.adaptor, q), num_draft_tokens=k_mid),
+                              {"K": k_mid, "compressor": "query-adaptor", "visual_tokens": q}))  # fmt: skip
+    for keep in std_keep:
+        methods.append(Method(f"mmspec STD keep {keep} K={k_mid}", "mmspec", "std", True,
+                              mm(STDDrafter(target, keep=keep), num_draft_tokens=k_mid),
+                              {"K": k_mid, "visual_tokens": keep}))  # fmt: skip
+    methods.append(Method(f"mmspec STD keep {std_keep[0]} + verifier feedback K={k_mid}", "mmspec", "std", True,
+                          mm(STDDrafter(target, keep=std_keep[0], feedback=True), num_draft_tokens=k_mid),
+                          {"K": k_mid, "visual_tokens": std_keep[0], "feedback": True}))  # fmt: skip
+    if getattr(models, "eagle", None) is not None:
+        head = models.eagle
+        for k in ks:
+            methods.append(Method(f"mmspec EAGLE head K={k}", "mmspec", "eagle", True,
+                                  mm(EagleDrafter(target, head), num_draft_tokens=k), {"K": k, **full}))  # fmt: skip
+        methods += [
+            Method(f"mmspec EAGLE head tree {tree}", "mmspec", "eagle", True, mm(EagleDrafter(target, head), tree=tree),
+                   {"tree": list(tree), **full}),
+            Method(f"mmspec EAGLE head dynamic tree <= {eagle_tree}", "mmspec", "eagle", True,
+                   mm(EagleDrafter(target, head, "dynamic", threshold=0.2, max_nodes=12), tree=eagle_tree),
+                   {"tree": list(eagle_tree), "dynamic": True, **full}),
+        ]  # fmt: skip
+    methods += [
+        Method(f"mmspec early-exit {early_exit_layers} layers K=4", "mmspec", "early-exit", True,
+               mm(EarlyExitDrafter(target, early_exit_layers)), {"K": 4, "layers": early_exit_layers, **full}),
+        Method("mmspec n-gram K=4", "mmspec", "ngram", True, mm(NgramDrafter()), {"K": 4}),
+    ]  # fmt: skip
+    for k in (k_mid,):
+        methods.append(Method(f"HF assisted small video-LM K={k}", "hf", "small-vlm", True,
+                              hf_assisted(small, num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                                          assistant_confidence_threshold=0.0), {"K": k}))  # fmt: skip
+    methods += [
+        Method("HF assisted small video-LM (HF defaults)", "hf", "small-vlm", True, hf_assisted(small), {"defaults": True}),
+        Method("HF assisted text-only K=4", "hf", "text-only", True,
+               hf_assisted(text, num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
+                           assistant_confidence_threshold=0.0), {"K": 4}),
+        Method("HF prompt lookup K=4", "hf", "ngram", True, hf(prompt_lookup_num_tokens=4), {"K": 4}),
+    ]  # fmt: skip
+    return methods
+
+
+def bench_video(*, clips: int = 8, reps: int = 5, max_new_tokens: int = 64, json_path=None, plot_path=None,
+                progress: bool = True, models=None, methods_filter: str | None = None):  # fmt: skip
+    from . import zoo
+    from .zoo.shapes_video import caption_prompt, make_clip
+
+    if clips < 1 or reps < 1:
+        raise ValueError(f"clips/reps: expected ints >= 1, got clips={clips}, reps={reps}")
+    models = models or zoo.load("shapes-video")
+    processor = models.processor
+    inputs = [dict(processor(videos=[make_clip(i, "test").frames_array()], text=[caption_prompt()], return_tensors="pt"))
+              for i in range(clips)]  # fmt: skip
+    methods = video_methods(models, max_new_tokens)
+    if methods_filter:  # keep plain decoding (the baseline) and the methods whose name contains the filter
+        methods = [m for m in methods if m.family == "ar" or methods_filter in m.name]
+    with torch.inference_mode():
+        methods, skipped = drop_unsupported(methods, inputs)
+        seconds, results, prefill = run_interleaved(methods, inputs, reps, progress)
+    rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id, prefill)
+    visual = int((inputs[0]["input_ids"] == processor.tokenizer.convert_tokens_to_ids(processor.video_token)).sum())
+    meta = {"benchmark": "video", "zoo": "shapes-video", "task": "greedy captioning of held-out clips",
+            "clips": clips, "reps": reps, "max_new_tokens": max_new_tokens, "visual_tokens_per_clip": visual,
+            "machine": machine_description(), "skipped": skipped}  # fmt: skip
+    if json_path:
+        save_json(rows, json_path, meta)
+    if plot_path:
+        save_plot(rows, plot_path, f"shapes-video greedy captioning ({clips} clips, median of {reps} reps)")
+    return rows, meta
+
+
+def video_table(rows, visual_per_clip: int) -> str:
+    lines = ["| method | drafter visual tokens | mean accepted tokens | tokens/s | prefill ms | decode ms | "
+             "speedup vs plain | speedup vs HF | identical to plain |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        vis = r.params.get("visual_tokens", "—")
+        vis = f"{visual_per_clip}/{visual_per_clip}" if vis == "all" else (f"{vis}/{visual_per_clip}" if vis != "—" else vis)
+        hf = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else "—"
+        pre = f"{1000 * r.prefill_seconds_median:.0f}" if r.prefill_seconds_median is not None else "—"
+        dec = f"{1000 * r.decode_seconds_median:.0f}" if r.decode_seconds_median is not None else "—"
+        lines.append(f"| {r.method} | {vis} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | {pre} | {dec} | "
+                     f"{r.speedup_vs_ar:.2f}x | {hf} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def print_report(rows, meta) -> None:
+    print(f"\nmmspec bench video — {meta['task']}, {meta['clips']} clips ({meta['visual_tokens_per_clip']} visual tokens "
+          f"each), {meta['reps']} interleaved repetitions, max_new_tokens={meta['max_new_tokens']}\n"
+          f"machine: {meta['machine']}\n")  # fmt: skip
+    print(video_table(rows, meta["visual_tokens_per_clip"]))
+    for name, why in meta.get("skipped", {}).items():
+        print(f"\nskipped {name}: not supported by the peer library here ({why})")
