@@ -16,6 +16,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m mmspec.cli demo
 	$(VPY) demos/caption_shapes.py --out out/captions.png
+	$(VPY) demos/video_qa.py --out out/video_qa.png
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
@@ -25,6 +26,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
+	$(VPY) -m mmspec.cli bench video --json bench-video.json --plot docs/bench-video.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

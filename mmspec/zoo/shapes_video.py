@@ -350,7 +350,7 @@ def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> fl
     return correct / n
 
 
-def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int = 1500, eagle_steps: int = 1500,
+def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int = 800, eagle_steps: int = 1000,
           batch_size: int = 32, target_lr: float = 1e-3, seed: int = 0, smoke: bool = False,
           only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
     """Train the entry into ``out_dir`` (target/, drafter-text/, drafter-vlm/, adaptor/, eagle/, card.json).
