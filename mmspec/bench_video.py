@@ -176,3 +176,62 @@ def print_report(rows, meta) -> None:
     print(video_table(rows, meta["visual_tokens_per_clip"]))
     for name, why in meta.get("skipped", {}).items():
         print(f"\nskipped {name}: not supported by the peer library here ({why})")
+
+
+@torch.inference_mode()
+def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int = 5, reps: int = 7, text: int = 8):
+    """Where STD pays off: per-token cost of STD's sparse draft forward vs the dense forward, as the visual context
+    grows (synthetic visual embeddings of the target's scale; the timing does not depend on their content).
+
+    Returns rows {visual_tokens, dense_ms, sparse_ms, verify_ms, draft_cost_ratio, break_even_accepted}: one
+    single-token forward over the full cache (plain decoding's step), the same over the sparse view (``keep`` visual
+    entries per layer + text), and one (K+1)-token verification forward. ``break_even_accepted`` = the tokens a round
+    must commit for STD to match plain decoding: (K * sparse + verify) / dense.
+    """
+    import statistics
+    import time
+
+    from .drafting.kv_sharing import sparse_kv_index
+    from .runner import ModelRunner
+
+    embed = target.get_input_embeddings().weight
+    scale = float(embed.float().std())
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for n in contexts:
+        t = n + text
+        embeds = (torch.randn(1, t, embed.shape[1], generator=g) * scale).to(embed.dtype)
+        mask = torch.ones(1, t, dtype=torch.long)
+        pos = torch.arange(t)[None, None].expand(3, 1, t) if ModelRunner(target).mrope else torch.arange(t)[None]
+        dense = ModelRunner(target)
+        dense.prefill(None, mask, inputs_embeds=embeds, position_ids=pos)
+        visual = torch.zeros(1, t, dtype=torch.bool)
+        visual[:, :n] = True
+        layers = len(dense.cache.layers)
+        scores = torch.rand(layers, 1, n, generator=g)
+        sparse = ModelRunner(target)
+        sparse.prefill_from(dense, index=sparse_kv_index(visual, scores, min(keep, n)))
+        token = torch.tensor([[5]])
+        block = torch.full((1, k + 1), 5)
+        timings = {"dense": [], "sparse": [], "verify": []}
+        for _ in range(reps + 1):  # the first repetition is a warm-up
+            for name, runner, ids in (("dense", dense, token), ("sparse", sparse, token), ("verify", dense, block)):
+                t0 = time.perf_counter()
+                runner.extend(ids)
+                timings[name].append(time.perf_counter() - t0)
+                runner.commit(0)
+        med = {name: statistics.median(v[1:]) for name, v in timings.items()}
+        rows.append({"visual_tokens": n, "dense_ms": round(1000 * med["dense"], 2), "sparse_ms": round(1000 * med["sparse"], 2),
+                     "verify_ms": round(1000 * med["verify"], 2), "draft_cost_ratio": round(med["sparse"] / med["dense"], 3),
+                     "break_even_accepted": round((k * med["sparse"] + med["verify"]) / med["dense"], 2)})  # fmt: skip
+    return rows
+
+
+def std_scaling_table(rows, keep: int, k: int) -> str:
+    lines = [f"| visual tokens in context | dense step ms | STD draft step ms (keep {keep}) | verify {k + 1} tokens ms | "
+             "draft / dense | tokens a round must commit to break even |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['visual_tokens']} | {r['dense_ms']:.2f} | {r['sparse_ms']:.2f} | {r['verify_ms']:.2f} | "
+                     f"{r['draft_cost_ratio']:.2f} | {r['break_even_accepted']:.2f} (of at most {k + 1}) |")  # fmt: skip
+    return "\n".join(lines)

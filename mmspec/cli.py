@@ -60,6 +60,14 @@ def bench_video(args) -> None:
     from .bench_video import bench_video as run, print_report
 
     models = zoo.ZOO.get("shapes-video").load(args.zoo_path) if args.zoo_path else None
+    if args.std_scaling:
+        from .bench_video import std_scaling, std_scaling_table
+
+        models = models or zoo.load("shapes-video")
+        contexts = tuple(int(c) for c in args.std_scaling.split(","))
+        print("\nSTD cost model: one decode step, dense vs sparse view, shapes-video target (synthetic contexts)\n")
+        print(std_scaling_table(std_scaling(models.target, contexts, keep=16, k=5), keep=16, k=5))
+        return
     rows, meta = run(clips=args.clips, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
                      plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
     print_report(rows, meta)
@@ -119,6 +127,8 @@ def main(argv=None) -> None:
     vv.add_argument("--zoo-path", default=None, help="load the shapes-video models from here (default: bundled)")
     vv.add_argument("--json", default=None, help="write the rows as JSON here")
     vv.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
+    vv.add_argument("--std-scaling", default=None, metavar="N1,N2,...",
+                    help="instead: STD draft-step vs dense-step cost at these visual context lengths")  # fmt: skip
     vv.set_defaults(func=bench_video)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)

@@ -106,3 +106,13 @@ def test_feedback_rebuild_is_exact_with_every_visual_entry(qwen_pair):
     ids, mask, kw = qwen2vl_inputs(batch=2)
     out = _engine_check(target, STDDrafter(target, keep=6, feedback=True), ids, mask, kw, num_draft_tokens=4)
     assert all(r.committed == r.draft_len + 1 for r in out.stats.rounds[:-1])
+
+
+def test_std_cost_model_rows(qwen_pair, llava_trio):
+    from mmspec.bench_video import std_scaling, std_scaling_table
+
+    for target in (qwen_pair[0], llava_trio[0]):  # M-RoPE and 1-D positions
+        rows = std_scaling(target, contexts=(16, 32), keep=4, k=2, reps=1)
+        assert [r["visual_tokens"] for r in rows] == [16, 32]
+        assert all(r["dense_ms"] > 0 and r["sparse_ms"] > 0 and r["break_even_accepted"] > 0 for r in rows)
+    assert "| 32 |" in std_scaling_table(rows, keep=4, k=2)
