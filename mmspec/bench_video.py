@@ -9,8 +9,9 @@ speeds up. Methods:
 - mmspec: the small video-LM drafter at several K and as a tree; the text-only drafter; the small drafter seeing a
   compressed clip (grid pooling over time and space, ToMe merging, two-stage pruning, the learned query adaptor:
   16 of 64 visual tokens); STD sparse-to-dense self-drafting (top-k visual KV per layer, with and without
-  verifier-attention feedback); the EAGLE head (chain, static tree, confidence-guided dynamic tree); early exit;
-  prompt lookup;
+  verifier-attention feedback); the EAGLE head (chain, static tree, confidence-guided dynamic tree); early exit
+  (own draft cache, and drafting in the target's cache with verification reusing the draft layers' KV); prompt
+  lookup;
 - Hugging Face peers: assisted generation with the same small drafter / text-only drafter (constant K and HF
   defaults) and prompt lookup decoding. For HF rows, "prefill" is the target's first forward (HF's prompt pass).
 """
@@ -109,6 +110,9 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
     methods += [
         Method(f"mmspec early-exit {early_exit_layers} layers K=4", "mmspec", "early-exit", True,
                mm(EarlyExitDrafter(target, early_exit_layers)), {"K": 4, "layers": early_exit_layers, **full}),
+        Method(f"mmspec early-exit {early_exit_layers} layers, shared KV K=4", "mmspec", "early-exit", True,
+               mm(EarlyExitDrafter(target, early_exit_layers, share_kv=True)),
+               {"K": 4, "layers": early_exit_layers, "share_kv": True, **full}),
         Method("mmspec n-gram K=4", "mmspec", "ngram", True, mm(NgramDrafter()), {"K": 4}),
     ]  # fmt: skip
     for k in (k_mid,):

@@ -119,6 +119,9 @@ def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 
         Method("mmspec n-gram K=4", "mmspec", "ngram", True, mm(NgramDrafter()), {"K": 4}),
         Method(f"mmspec early-exit {early_exit_layers} layers K=4", "mmspec", "early-exit", True,
                mm(EarlyExitDrafter(target, early_exit_layers)), {"K": 4, "layers": early_exit_layers}),
+        Method(f"mmspec early-exit {early_exit_layers} layers, shared KV K=4", "mmspec", "early-exit", True,
+               mm(EarlyExitDrafter(target, early_exit_layers, share_kv=True)),
+               {"K": 4, "layers": early_exit_layers, "share_kv": True}),
     ]  # fmt: skip
     for k in ks:
         methods.append(Method(f"HF assisted small-VLM K={k}", "hf", "small-vlm", True,

@@ -111,7 +111,8 @@ class SpeculativeEngine:
 
             # score: one target forward over [x_t, d_1..d_K] gives p_1..p_{K+1} (a tree: p at x_t and every node)
             block_parents = None if not proposal.is_tree else [-1] + [q + 1 for q in proposal.parents]
-            logits = target.extend(torch.cat([x_t[:, None], d], dim=1), block_parents)  # [B, K+1, V]
+            logits = target.extend(torch.cat([x_t[:, None], d], dim=1), block_parents,
+                                   reuse=proposal.meta.get("layer_reuse"))  # [B, K+1, V]  # fmt: skip
             scores = TargetScores(logits, process_logits(logits, sampling) if verifier.needs_probs else None)
 
             # verify: accepted prefix length and correction/bonus token per row

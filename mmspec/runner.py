@@ -20,6 +20,7 @@ rectangular and an ordinary ``DynamicCache`` serves any batch size.
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -54,6 +55,14 @@ def eager_attention(model):
         yield model
     finally:
         model.set_attn_implementation(old)
+
+
+@dataclass
+class LayerReuse:
+    """Verification inputs an early-exit draft already computed (see :meth:`ModelRunner.extend`)."""
+
+    layer: int  # first layer the target still has to run
+    hidden: torch.Tensor  # [B, L, H] the tokens' hidden states entering that layer
 
 
 class _Tap:
@@ -232,11 +241,15 @@ class ModelRunner:
         return out.logits[:, -1, : self.vocab_size]
 
     @torch.no_grad()
-    def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None) -> torch.Tensor:
+    def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None,
+               reuse: "LayerReuse | None" = None) -> torch.Tensor:  # fmt: skip
         """Append ``tokens [B, L]`` tentatively; returns their logits [B, L, V].
 
         ``parents``: per new token, the index of its parent among all tentative tokens (-1 = the committed context);
         None = a chain continuing the tentative tokens.
+        ``reuse``: layers below ``reuse.layer`` already hold these tokens' KV in this runner's cache (written by an
+        early-exit draft sharing it) and ``reuse.hidden`` is their input to that layer: only the layers from
+        ``reuse.layer`` up run (self-speculative verification that reuses the draft layers' KV).
         """
         b, length = tokens.shape
         if parents is None:
@@ -254,9 +267,34 @@ class ModelRunner:
             attention_mask = self.mask if self.padded else None
         else:
             attention_mask = self._tree_mask(length, self.model.dtype)
-        logits = self._forward(tokens, attention_mask, self._positions(new_depth))
+        if reuse is None:
+            logits = self._forward(tokens, attention_mask, self._positions(new_depth))
+        else:
+            logits = self._forward_from_layer(reuse, self._positions(new_depth))
         self.forwards += 1
         return logits[..., : self.vocab_size]
+
+    def _forward_from_layer(self, reuse: "LayerReuse", position_ids) -> torch.Tensor:
+        """Run decoder layers ``reuse.layer..`` on ``reuse.hidden [B, L, H]`` (the last L tentative tokens)."""
+        decoder = self.model.get_decoder()
+        h = reuse.hidden
+        if self.cache.layers[0].keys.shape[2] != self.length:
+            raise ValueError("reuse: the shared lower layers must already hold every tentative token's KV")
+        mask = self._tree_mask(h.shape[1], h.dtype)  # [B, 1, L, S]: explicit, the cache layers differ in length now
+        rope = decoder.rotary_emb(h, position_ids)
+        text_positions = None if position_ids.dim() == 3 else position_ids
+        for layer in decoder.layers[reuse.layer :]:
+            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
+                      past_key_values=self.cache, use_cache=True)  # fmt: skip
+            h = h[0] if isinstance(h, tuple) else h
+        with ExitStack() as stack:
+            tap = stack.enter_context(_Tap(self.model)) if self.keep_features else None
+            h = decoder.norm(h)
+        if tap is not None:
+            earlier = self.pending - h.shape[1]
+            prev = self._tentative_features
+            self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
+        return self.model.get_output_embeddings()(h)
 
     def _forward(self, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
         """One model call on the runner's cache -> logits [B, L, width]. Subclasses may replace the model."""

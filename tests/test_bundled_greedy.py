@@ -41,6 +41,7 @@ VIDEO_OPTIONS = {
     "EAGLE tree": (lambda m: EagleDrafter(m.target, m.eagle), dict(tree=(2, 2, 1, 1))),
     "EAGLE dynamic tree": (lambda m: EagleDrafter(m.target, m.eagle, "dynamic", threshold=0.2), dict(tree=(3, 3, 2, 2))),
     "early exit 2 layers": (lambda m: EarlyExitDrafter(m.target, 2), dict(num_draft_tokens=4)),
+    "early exit shared KV": (lambda m: EarlyExitDrafter(m.target, 2, share_kv=True), dict(num_draft_tokens=4)),
     "n-gram": (lambda m: NgramDrafter(), dict(num_draft_tokens=4)),
 }
 

@@ -134,3 +134,40 @@ def test_early_exit_drafts_are_exact_when_later_layers_do_nothing(family, llama_
         ids, mask, kw = qwen2vl_inputs(batch=2, seed=1)
     out = _check(target, EarlyExitDrafter(target, 1), ids, mask, kw, num_draft_tokens=4)
     assert all(r.accepted == [r.draft_len] * 2 for r in out.stats.rounds), [r.accepted for r in out.stats.rounds]
+
+
+SHARED_SHAPES = [dict(num_draft_tokens=1), dict(num_draft_tokens=4), dict(num_draft_tokens=6)]
+
+
+@pytest.mark.parametrize("shape", SHARED_SHAPES, ids=str)
+def test_early_exit_shared_kv_greedy(llama_pair, llava_trio, qwen_pair, shape):
+    """Early exit drafting in the target's own cache, verification reusing the draft layers' KV and hidden states."""
+    target = llama_pair[0]
+    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(3))
+    _check(target, EarlyExitDrafter(target, 1, share_kv=True), ids, torch.ones_like(ids), {}, **shape)
+    ids, mask, kw = llava_inputs(batch=3, pad_rows=(1,))
+    _check(llava_trio[0], EarlyExitDrafter(llava_trio[0], 2, share_kv=True), ids, mask, kw, **shape)
+    ids, mask, kw = qwen2vl_inputs(batch=2)
+    _check(qwen_pair[0], EarlyExitDrafter(qwen_pair[0], 1, share_kv=True), ids, mask, kw, **shape)
+
+
+def test_early_exit_shared_kv_is_exact_when_the_draft_is_the_target(llava_trio):
+    """Layers >= n zeroed (identity residual blocks): the n-layer draft IS the target, so every draft is accepted and
+    the reused lower-layer KV / hidden states must reproduce the full forward exactly."""
+    import copy
+
+    target = copy.deepcopy(llava_trio[0])
+    with torch.no_grad():
+        for layer in target.get_decoder().layers[2:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    ids, mask, kw = llava_inputs(batch=3, pad_rows=(1,))
+    out = _check(target, EarlyExitDrafter(target, 2, share_kv=True), ids, mask, kw, num_draft_tokens=4)
+    assert all(r.committed == r.draft_len + 1 for r in out.stats.rounds[:-1]), [r.accepted for r in out.stats.rounds]
+
+
+def test_early_exit_shared_kv_refuses_trees(llama_pair):
+    target = llama_pair[0]
+    engine = SpeculativeEngine(target, EarlyExitDrafter(target, 1, share_kv=True), SpecConfig(max_new_tokens=8, tree=(2, 1)))
+    with pytest.raises(ValueError, match="tree: early exit with share_kv=True drafts chains only"):
+        engine.generate(torch.randint(3, 40, (1, 5)))

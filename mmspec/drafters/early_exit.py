@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 from transformers.masking_utils import create_causal_mask
 
-from ..runner import ModelRunner, text_config_of
+from ..runner import LayerReuse, ModelRunner, text_config_of
+from ..sampling import process_logits, sample
+from ..types import Proposal
 from .base import DRAFTERS, DraftRequest, Drafter
 from .model import ModelDraftSession
 
@@ -66,6 +68,7 @@ class EarlyExitRunner(ModelRunner):
             h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
                       past_key_values=self.cache, use_cache=True)  # fmt: skip
             h = h[0] if isinstance(h, tuple) else h
+        self.exit_hidden = h  # [B, L, H] what layer n of the full model would receive
         h = self.decoder.norm(h[:, -logits_to_keep:] if logits_to_keep else h)
         return self.head(h)
 
@@ -82,22 +85,87 @@ class EarlyExitDraftSession(ModelDraftSession):
         self._feed, self._k = self.carry, 0
 
 
+class SharedEarlyExitSession(ModelDraftSession):
+    """Early exit on the target's own cache: drafts write layers < n of the target's KV directly; the verification
+    pass then runs only layers n.. on the hidden states the draft computed (LayerSkip-style self-speculation).
+
+    Per round: feed x_t, d_1..d_K through layers < n (K drafts, plus one pass for d_K's own KV and hidden state); the
+    target verifies with :class:`~mmspec.runner.LayerReuse`; its commit crops every layer, shared ones included.
+    """
+
+    def __init__(self, model, request: DraftRequest, num_layers: int):
+        target = request.target_runner
+        if target is None or target.model is not model:
+            raise ValueError("EarlyExitDrafter(share_kv=True): needs the engine's target runner (it drafts in its cache)")
+        self.target, self.num_layers = target, num_layers
+        self.sampling, self.need_probs = request.sampling, request.need_probs
+        self.runner = EarlyExitRunner(model, request.vocab_size, num_layers)
+        self.runner.cache = target.cache  # shared: layers < n are written by the draft, read by verification
+        self._sync()
+
+    def _sync(self) -> None:
+        """Mirror the target runner's committed state (the cache itself is the target's)."""
+        t, r = self.target, self.runner
+        r.mask, r.padded, r.next_pos = t.mask.clone(), t.padded, t.next_pos.clone()
+        r.pending, r.parents, r.depth = 0, [], []
+
+    def propose(self, pending, k, generator=None, stop_below=None) -> Proposal:
+        if k == 0:
+            return Proposal(tokens=pending.new_zeros((pending.shape[0], 0)))
+        feed, tokens, probs, hidden = pending[:, None], [], [], []
+        for i in range(k):
+            logits = self.runner.extend(feed)[:, -1]  # [B, V]
+            hidden.append(self.runner.exit_hidden)
+            if self.sampling.greedy:
+                x = logits.argmax(-1)
+                top = torch.softmax(logits.float(), -1).amax(-1) if stop_below is not None else None
+            else:
+                q = process_logits(logits, self.sampling)
+                x = sample(q, generator)
+                top = q.amax(-1)
+                if self.need_probs:
+                    probs.append(q)
+            tokens.append(x)
+            feed = x[:, None]
+            if i + 1 < k and stop_below is not None and bool((top < stop_below).all()):
+                break
+        self.runner.extend(feed)  # d_K's lower-layer KV and hidden state, so verification needs no lower layers
+        hidden.append(self.runner.exit_hidden)
+        reuse = LayerReuse(self.num_layers, torch.cat(hidden, dim=1))  # [B, K+1, H] for x_t, d_1..d_K
+        return Proposal(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None,
+                        meta={"layer_reuse": reuse})  # fmt: skip
+
+    def propose_tree(self, pending, tree, generator=None) -> Proposal:
+        raise ValueError("tree: early exit with share_kv=True drafts chains only; use share_kv=False for trees")
+
+    def accept(self, num_accepted, emitted, path=None) -> None:
+        self._sync()  # the target's commit already cropped the shared cache
+
+    @property
+    def forwards(self) -> int:
+        return self.runner.forwards
+
+
 @DRAFTERS.register("early-exit")
 class EarlyExitDrafter(Drafter):
-    """Self-speculation with the target's first ``num_layers`` layers + LM head."""
+    """Self-speculation with the target's first ``num_layers`` layers + LM head. ``share_kv=True``: draft in the
+    target's own cache and let verification reuse the draft layers' KV and hidden states (chains only)."""
 
     name = "early-exit"
 
-    def __init__(self, target, num_layers: int):
+    def __init__(self, target, num_layers: int, share_kv: bool = False):
         decoder = target.get_decoder()
         total = len(decoder.layers)
         if not isinstance(num_layers, int) or not 1 <= num_layers < total:
             raise ValueError(f"num_layers: expected an int in [1, {total - 1}] (the target has {total} layers), got {num_layers!r}")
-        self.target, self.num_layers = target, num_layers
+        self.target, self.num_layers, self.share_kv = target, num_layers, bool(share_kv)
+        self.name = "early-exit" + ("+shared-kv" if share_kv else "")
 
     def check_compatible(self, target, vocab_size: int) -> None:
         if target is not self.target:
             raise ValueError("EarlyExitDrafter: built for a different target model than the engine's")
 
     def start(self, request: DraftRequest):
+        if self.share_kv:
+            return SharedEarlyExitSession(self.target, request, self.num_layers)
         return EarlyExitDraftSession(self.target, request, self.num_layers)
