@@ -10,7 +10,7 @@ import torch
 from scipy import stats
 
 import tests.helpers.broken  # noqa: F401  (registers "test-broken-residual")
-from mmspec import ModelDrafter, SpecConfig, SpeculativeEngine
+from mmspec import Drafter, EarlyExitDrafter, ModelDrafter, SpecConfig, SpeculativeEngine
 from mmspec.sampling import SamplingParams, process_logits
 
 V, NEW, ROWS, REPEATS = 4, 3, 8, 1000  # 8,000 samples of a 3-token joint over 64 cells
@@ -47,7 +47,7 @@ def exact_joint(target, params: SamplingParams) -> torch.Tensor:
 def empirical(target, drafter, params, verifier=None, **cfg):
     config = SpecConfig(num_draft_tokens=2, max_new_tokens=NEW, temperature=params.temperature, top_k=params.top_k,
                         top_p=params.top_p, verifier=verifier, **cfg)  # fmt: skip
-    engine = SpeculativeEngine(target, ModelDrafter(drafter), config)
+    engine = SpeculativeEngine(target, drafter if isinstance(drafter, Drafter) else ModelDrafter(drafter), config)
     g = torch.Generator().manual_seed(1234)
     counts = torch.zeros(V**NEW, dtype=torch.float64)
     weights = V ** torch.arange(NEW - 1, -1, -1)
@@ -96,3 +96,16 @@ def test_broken_residual_is_caught(models):
     probs = exact_joint(models["target"], params)
     p = chi2_pvalue(empirical(models["target"], models["far"], params, verifier="test-broken-residual"), probs)
     assert p < 1e-6, f"p-value {p:.2e}: the test failed to detect a wrong residual"
+
+
+def test_eagle_and_shared_kv_early_exit_sampling_match_target(models):
+    """Feature-injection drafts (an untrained EAGLE head) and early exit drafting in the target's own cache."""
+    from mmspec.drafting.eagle import EagleDrafter, EagleHead
+
+    target = models["target"]
+    params = SamplingParams(1.0)
+    probs = exact_joint(target, params)
+    torch.manual_seed(0)
+    for drafter in (EagleDrafter(target, EagleHead.for_target(target).eval()), EarlyExitDrafter(target, 1, share_kv=True)):
+        p = chi2_pvalue(empirical(target, drafter, params), probs)
+        assert p > 1e-3, f"{drafter.name}: p-value {p:.2e}, sampled output does not follow the target distribution"
