@@ -29,6 +29,7 @@ class RunResult:
     committed: int  # tokens produced by verification forwards (speculative: all but the prefill's token)
     verify_forwards: int  # target forwards that verified drafts (plain decoding: one per token)
     prefill_seconds: float | None = None  # time to the first token (prompt pass, drafter set-up), when measured
+    draft_prefill_seconds: float | None = None  # the drafter's own set-up, when measured
 
 
 @dataclass
@@ -56,6 +57,7 @@ class BenchRow:
     params: dict
     prefill_seconds_median: float | None = None  # per repetition over all inputs (None: not measured)
     decode_seconds_median: float | None = None  # the rest of the time: drafting, verification, commits
+    draft_prefill_seconds_median: float | None = None  # the drafter's set-up alone (part of prefill)
 
 
 def _strip(tokens: torch.Tensor, pad_token_id: int) -> list[int]:
@@ -81,10 +83,11 @@ def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progre
     """Warm up every method once, then ``reps`` interleaved repetitions over all inputs.
 
     Returns (seconds per method: list over reps, results per method: list over inputs from the warm-up pass,
-    prefill seconds per method: list over reps, empty when the method does not measure it).
+    {"prefill", "draft_prefill"}: seconds per method, list over reps, empty when the method does not measure it).
     """
     seconds: dict[str, list[float]] = {m.name: [] for m in methods}
     prefill: dict[str, list[float]] = {m.name: [] for m in methods}
+    draft_prefill: dict[str, list[float]] = {m.name: [] for m in methods}
     results: dict[str, list[RunResult]] = {}
     for m in methods:  # warm-up (excluded) and the outputs compared for identity
         results[m.name] = [m.run(x) for x in inputs]
@@ -97,12 +100,14 @@ def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progre
             seconds[m.name].append(time.perf_counter() - t0)
             if all(r.prefill_seconds is not None for r in runs):
                 prefill[m.name].append(sum(r.prefill_seconds for r in runs))
+            if all(r.draft_prefill_seconds is not None for r in runs):
+                draft_prefill[m.name].append(sum(r.draft_prefill_seconds for r in runs))
             bar.update(1)
     bar.close()
-    return seconds, results, prefill
+    return seconds, results, {"prefill": prefill, "draft_prefill": draft_prefill}
 
 
-def summarise(methods: list[Method], seconds, results, pad_token_id: int, prefill=None) -> list[BenchRow]:
+def summarise(methods: list[Method], seconds, results, pad_token_id: int, phases=None) -> list[BenchRow]:
     by_name = {m.name: m for m in methods}
     ar = next(m for m in methods if m.family == "ar")
     ref = [_strip(r.new_tokens, pad_token_id) for r in results[ar.name]]
@@ -118,7 +123,9 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int, prefil
         forwards = sum(r.verify_forwards for r in rs)
         committed = sum(r.committed for r in rs)
         peer = best_hf.get(m.draft_source)
-        pre = statistics.median(prefill[name]) if prefill and prefill.get(name) else None
+        phases = phases or {}
+        pre = statistics.median(phases["prefill"][name]) if phases.get("prefill", {}).get(name) else None
+        dpre = statistics.median(phases["draft_prefill"][name]) if phases.get("draft_prefill", {}).get(name) else None
         rows.append(BenchRow(
             method=name, family=m.family, draft_source=m.draft_source, lossless=m.lossless,
             mean_accepted_tokens=round(committed / max(1, forwards), 3),
@@ -129,6 +136,7 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int, prefil
             params=m.params,
             prefill_seconds_median=None if pre is None else round(pre, 4),
             decode_seconds_median=None if pre is None else round(statistics.median(seconds[name]) - pre, 4),
+            draft_prefill_seconds_median=None if dpre is None else round(dpre, 4),
         ))  # fmt: skip
     return rows
 

@@ -62,7 +62,8 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
             ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
             out = spec.engine.generate(ids, mask, config=config, **kw)
             rounds = out.stats.rounds
-            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds)
+            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds,
+                             out.stats.draft_prefill_seconds)  # fmt: skip
 
         return run
 
@@ -85,8 +86,9 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
                               {"K": k_mid, "compressor": c, "visual_tokens": budget}))  # fmt: skip
     if getattr(models, "adaptor", None) is not None:
         q = models.adaptor.num_queries
-        methods.append(Method(f"mmspec small video-LM query adaptor {q} visual tokens K={k_mid}", "mmspec", "small-vlm",
-                              True, mm(CompressedVLMDrafter(small, models.adaptor, q), num_draft_tokens=k_mid),
+        methods.append(Method(f"mmspec adaptor-trained video-LM, query adaptor {q} visual tokens K={k_mid}", "mmspec",
+                              "small-vlm", True,
+                              mm(CompressedVLMDrafter(models.drafter_adaptor, models.adaptor, q), num_draft_tokens=k_mid),
                               {"K": k_mid, "compressor": "query-adaptor", "visual_tokens": q}))  # fmt: skip
     for keep in std_keep:
         methods.append(Method(f"mmspec STD keep {keep} K={k_mid}", "mmspec", "std", True,
@@ -145,8 +147,8 @@ def bench_video(*, clips: int = 8, reps: int = 5, max_new_tokens: int = 64, json
         methods = [m for m in methods if m.family == "ar" or methods_filter in m.name]
     with torch.inference_mode():
         methods, skipped = drop_unsupported(methods, inputs)
-        seconds, results, prefill = run_interleaved(methods, inputs, reps, progress)
-    rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id, prefill)
+        seconds, results, phases = run_interleaved(methods, inputs, reps, progress)
+    rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id, phases)
     visual = int((inputs[0]["input_ids"] == processor.tokenizer.convert_tokens_to_ids(processor.video_token)).sum())
     meta = {"benchmark": "video", "zoo": "shapes-video", "task": "greedy captioning of held-out clips",
             "clips": clips, "reps": reps, "max_new_tokens": max_new_tokens, "visual_tokens_per_clip": visual,
@@ -159,7 +161,7 @@ def bench_video(*, clips: int = 8, reps: int = 5, max_new_tokens: int = 64, json
 
 
 def video_table(rows, visual_per_clip: int) -> str:
-    lines = ["| method | drafter visual tokens | mean accepted tokens | tokens/s | prefill ms | decode ms | "
+    lines = ["| method | drafter visual tokens | mean accepted tokens | tokens/s | prefill ms (drafter) | decode ms | "
              "speedup vs plain | speedup vs HF | identical to plain |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
@@ -167,6 +169,8 @@ def video_table(rows, visual_per_clip: int) -> str:
         vis = f"{visual_per_clip}/{visual_per_clip}" if vis == "all" else (f"{vis}/{visual_per_clip}" if vis != "—" else vis)
         hf = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else "—"
         pre = f"{1000 * r.prefill_seconds_median:.0f}" if r.prefill_seconds_median is not None else "—"
+        if r.draft_prefill_seconds_median is not None:
+            pre += f" ({1000 * r.draft_prefill_seconds_median:.0f})"
         dec = f"{1000 * r.decode_seconds_median:.0f}" if r.decode_seconds_median is not None else "—"
         lines.append(f"| {r.method} | {vis} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | {pre} | {dec} | "
                      f"{r.speedup_vs_ar:.2f}x | {hf} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip

@@ -155,7 +155,7 @@ def bench_vlm(*, scenes: int = 8, reps: int = 5, max_new_tokens: int = 48, json_
     inputs = [dict(x) for x in inputs]
     methods = vlm_methods(models, max_new_tokens, ks=ks)
     with torch.inference_mode():
-        seconds, results, _ = run_interleaved(methods, inputs, reps, progress)
+        seconds, results, _phases = run_interleaved(methods, inputs, reps, progress)
     rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id)
     meta = {"benchmark": "vlm", "zoo": "shapes-vlm", "task": "greedy captioning of held-out scenes",
             "scenes": scenes, "reps": reps, "max_new_tokens": max_new_tokens, "machine": machine_description()}  # fmt: skip

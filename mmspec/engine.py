@@ -85,6 +85,7 @@ class SpeculativeEngine:
         target = ModelRunner(self.target, self.vocab_size, keep_features=self.drafter.needs_target_features,
                              keep_attention=self.drafter.needs_target_attention)  # fmt: skip
         x_t = sample_tokens(target.prefill(input_ids, attention_mask, **model_kwargs), sampling, generator)  # [B]
+        t_draft = time.perf_counter()
         session = self.drafter.start(DraftRequest(
             input_ids=input_ids, attention_mask=attention_mask, model_kwargs=model_kwargs,
             placeholder_ids=self.placeholder_ids, sampling=sampling, vocab_size=self.vocab_size,
@@ -92,6 +93,7 @@ class SpeculativeEngine:
             target_runner=target,
         ))  # fmt: skip
         stats.prefill_seconds = time.perf_counter() - t_start
+        stats.draft_prefill_seconds = time.perf_counter() - t_draft
         generated = [x_t[:, None]]
         n_new = 1
         finished = torch.isin(x_t, eos)  # [B]

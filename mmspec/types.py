@@ -62,7 +62,8 @@ class SpecStats:
     rounds: list[RoundStats] = field(default_factory=list)
     target_forwards: int = 0  # including the prefill
     draft_forwards: int = 0
-    prefill_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # target prefill + drafter set-up (time to the first token)
+    draft_prefill_seconds: float = 0.0  # the drafter's set-up alone (its prefill, compression, KV views)
     total_seconds: float = 0.0
     new_tokens: int = 0  # tokens generated per row (max over rows, before EOS trimming)
 
@@ -87,6 +88,7 @@ class SpecStats:
             "acceptance_rate": round(self.acceptance_rate, 3),
             "new_tokens": self.new_tokens,
             "prefill_seconds": round(self.prefill_seconds, 4),
+            "draft_prefill_seconds": round(self.draft_prefill_seconds, 4),
             "total_seconds": round(self.total_seconds, 4),
         }
 

@@ -34,7 +34,7 @@ VIDEO_OPTIONS = {
     "grid-pool 16": (lambda m: CompressedVLMDrafter(m.drafter_vlm, "grid-pool", 16), dict(num_draft_tokens=5)),
     "merge 16": (lambda m: CompressedVLMDrafter(m.drafter_vlm, "merge", 16), dict(num_draft_tokens=5)),
     "two-stage 16": (lambda m: CompressedVLMDrafter(m.drafter_vlm, "two-stage", 16), dict(num_draft_tokens=5)),
-    "query adaptor 16": (lambda m: CompressedVLMDrafter(m.drafter_vlm, m.adaptor, 16), dict(num_draft_tokens=5)),
+    "query adaptor 16": (lambda m: CompressedVLMDrafter(m.drafter_adaptor, m.adaptor, 16), dict(num_draft_tokens=5)),
     "STD keep 16": (lambda m: STDDrafter(m.target, keep=16), dict(num_draft_tokens=5)),
     "STD keep 8 + feedback": (lambda m: STDDrafter(m.target, keep=8, feedback=True), dict(tree=(2, 2, 1))),
     "EAGLE K=5": (lambda m: EagleDrafter(m.target, m.eagle), dict(num_draft_tokens=5)),

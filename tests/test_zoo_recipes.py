@@ -18,7 +18,7 @@ def test_shapes_video_recipe_smoke(tmp_path):
     assert json.loads((tmp_path / "card.json").read_text()) == card
     assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
     m = entry.load(tmp_path)
-    assert m.eagle is not None and m.adaptor is not None and m.adaptor.num_queries == 16
+    assert m.eagle is not None and m.adaptor is not None and m.adaptor.num_queries == 16 and m.drafter_adaptor is not None
     enc = m.processor(videos=[make_clip(0).frames_array()], text=["<|vision_start|><|video_pad|><|vision_end|> caption :"],
                       return_tensors="pt")  # fmt: skip
     assert enc["video_grid_thw"].tolist() == [[NUM_FRAMES // 2, 8, 8]]

@@ -68,7 +68,8 @@ class ShapesVideo:
     processor: object  # Qwen2VLProcessor
     drafter_vlm: object  # small Qwen2VLForConditionalGeneration
     drafter_text: object  # LlamaForCausalLM (text-only)
-    adaptor: object | None  # mmspec.drafting.query_adaptor.QueryAdaptor for drafter_vlm (None until trained)
+    adaptor: object | None  # mmspec.drafting.query_adaptor.QueryAdaptor (None until trained) ...
+    drafter_adaptor: object | None  # ... and the small Qwen2-VL drafter trained to read its 16 query tokens
     eagle: object | None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
 
 
@@ -79,21 +80,23 @@ def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesV
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
     load = dict(dtype=dtype, local_files_only=True)
-    eagle = adaptor = None
+    eagle = adaptor = drafter_adaptor = None
     if (path / "eagle" / "config.json").exists():
         from ..drafting.eagle import EagleHead
 
         eagle = EagleHead.from_pretrained(path / "eagle").to(device=device, dtype=dtype).eval()
-    if (path / "adaptor" / "config.json").exists():
+    if (path / "adaptor" / "config.json").exists() and (path / "drafter-adaptor" / "config.json").exists():
         from ..drafting.query_adaptor import QueryAdaptor
 
         adaptor = QueryAdaptor.from_pretrained(path / "adaptor").to(device=device, dtype=dtype).eval()
+        drafter_adaptor = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-adaptor", **load).to(device).eval()
     return ShapesVideo(
         target=Qwen2VLForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
         drafter_vlm=Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
         drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
         adaptor=adaptor,
+        drafter_adaptor=drafter_adaptor,
         eagle=eagle,
     )
 

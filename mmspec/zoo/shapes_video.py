@@ -15,8 +15,9 @@ Models (one word-level tokenizer, saved with the processor in ``target/``):
                    for 8 frames of 64 px) and an 8-layer language model with M-RoPE.
 - ``drafter-vlm``  the same architecture, 2 layers at half width (a small video LM drafter).
 - ``drafter-text`` a 2-layer LlamaForCausalLM that never sees the clip (text-only drafter).
-- ``adaptor``      a Q-Former-style query adaptor (:mod:`mmspec.drafting.query_adaptor`): 16 learned queries that
-                   compress drafter-vlm's 64 video tokens (drafter frozen, adaptor distilled against the target).
+- ``adaptor`` + ``drafter-adaptor``  a Q-Former-style query adaptor (:mod:`mmspec.drafting.query_adaptor`): 16
+                   learned queries in place of the 64 video tokens, trained jointly with a copy of drafter-vlm that
+                   reads them (compressed-view drafter).
 - ``eagle``        an EAGLE-style feature-injection head on the target (:mod:`mmspec.drafting.eagle`), trained by
                    distillation on the target's own hidden states and outputs.
 
@@ -353,7 +354,8 @@ def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> fl
 def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int = 800, eagle_steps: int = 1000,
           batch_size: int = 32, target_lr: float = 1e-3, seed: int = 0, smoke: bool = False,
           only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
-    """Train the entry into ``out_dir`` (target/, drafter-text/, drafter-vlm/, adaptor/, eagle/, card.json).
+    """Train the entry into ``out_dir`` (target/, drafter-text/, drafter-vlm/, adaptor/ + drafter-adaptor/, eagle/,
+    card.json).
 
     ``only``: retrain just these models; the others and their card entries stay as they are. The EAGLE head is
     trained on the target found in ``out_dir`` (train the target first).
@@ -375,7 +377,7 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, vocab_size, tok)), False, drafter_steps, 2e-3),
         ("drafter-vlm", lambda: Qwen2VLForConditionalGeneration(video_config(DRAFTER_SIZES, vocab_size, tok)), True,
          drafter_steps, 2e-3),
-        ("adaptor", None, True, drafter_steps // 2, 2e-3),
+        ("adaptor", None, True, drafter_steps // 2, 1e-3),
         ("eagle", None, True, eagle_steps, 2e-3),
     ]  # fmt: skip
     names = [p[0] for p in plan]
@@ -442,11 +444,12 @@ def _distill_drafter(model, out_dir: Path, processor, *, with_video: bool, steps
     return distill_drafter(model, target, batches, steps=steps, lr=lr, seed=seed, alpha=0.5, desc=desc)
 
 
-ADAPTOR_QUERIES = 16  # the query adaptor compresses the 64 video tokens to 16 for drafter-vlm
+ADAPTOR_QUERIES = 16  # the query adaptor compresses the 64 video tokens to 16
 
 
 def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
-    """A Q-Former-style query adaptor for the (frozen) drafter-vlm, distilled against the target."""
+    """A Q-Former-style query adaptor and the drafter that reads it, trained jointly on compressed views (labels +
+    logit distillation against the target); the drafter starts from drafter-vlm."""
     from transformers import Qwen2VLForConditionalGeneration
 
     from ..drafting.alignment import distill_compressed_drafter
@@ -454,7 +457,7 @@ def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr:
 
     target = _load_target(out_dir)
     drafter = Qwen2VLForConditionalGeneration.from_pretrained(out_dir / "drafter-vlm", dtype=torch.float32,
-                                                              local_files_only=True).eval()  # fmt: skip
+                                                              local_files_only=True)  # fmt: skip
     torch.manual_seed(seed)
     adaptor = QueryAdaptor(drafter.config.text_config.hidden_size, ADAPTOR_QUERIES)
     video_id = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
@@ -463,10 +466,13 @@ def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr:
         return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
 
     losses = distill_compressed_drafter(drafter, adaptor, target, batches, steps=steps, lr=lr, seed=seed,
-                                        placeholder_ids=(video_id,), train_drafter=False, desc="distill adaptor")  # fmt: skip
+                                        placeholder_ids=(video_id,), train_drafter=True, desc="distill adaptor")  # fmt: skip
     adaptor.half().save_pretrained(out_dir / "adaptor")  # float16 on disk, like the models
-    return {"parameters": count_parameters(adaptor), "queries": ADAPTOR_QUERIES, "steps": steps, "lr": lr,
-            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+    drafter.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    drafter.to(torch.float16).save_pretrained(out_dir / "drafter-adaptor")
+    processor.tokenizer.save_pretrained(out_dir / "drafter-adaptor")
+    return {"parameters": count_parameters(adaptor) + count_parameters(drafter), "queries": ADAPTOR_QUERIES,
+            "steps": steps, "lr": lr, "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
 
 
 EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of the target
