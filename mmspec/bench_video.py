@@ -30,7 +30,8 @@ from .modalities.video import VideoSpeculator
 
 
 def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16, std_keep=(8, 16),
-                  early_exit_layers: int = 2, tree=(2, 2, 1, 1), eagle_tree=(3, 3, 2, 2, 1)):  # fmt: skip
+                  early_exit_layers: int = 2, tree=(2, 2, 1, 1), eagle_ks=(4, 5, 6, 8),
+                  eagle_tree=(3, 3, 2, 2, 1, 1)):  # fmt: skip
     target, processor = models.target, models.processor
     tok = processor.tokenizer
     counter = ForwardCounter(target)
@@ -99,7 +100,7 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
                           {"K": k_mid, "visual_tokens": std_keep[0], "feedback": True}))  # fmt: skip
     if getattr(models, "eagle", None) is not None:
         head = models.eagle
-        for k in ks:
+        for k in eagle_ks:
             methods.append(Method(f"mmspec EAGLE head K={k}", "mmspec", "eagle", True,
                                   mm(EagleDrafter(target, head), num_draft_tokens=k), {"K": k, **full}))  # fmt: skip
         methods += [
@@ -243,3 +244,46 @@ def std_scaling_table(rows, keep: int, k: int) -> str:
         lines.append(f"| {r['visual_tokens']} | {r['dense_ms']:.2f} | {r['sparse_ms']:.2f} | {r['verify_ms']:.2f} | "
                      f"{r['draft_cost_ratio']:.2f} | {r['break_even_accepted']:.2f} (of at most {k + 1}) |")  # fmt: skip
     return "\n".join(lines)
+
+
+@torch.inference_mode()
+def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: int = 0) -> dict:
+    """Where the small drafter's set-up time goes on one clip: its vision tower + embedding merge, its language
+    model prefill over the full prompt, the grid-pool compression step, and the LM prefill over the compressed
+    prompt (``budget`` visual tokens). Medians in ms (the first two repetitions are warm-up)."""
+    import statistics
+    import time
+
+    from .drafters.compressed import compress_prompt, visual_grid
+    from .drafters.early_exit import prompt_embeddings
+    from .drafting.compression import grid_pool
+    from .runner import ModelRunner
+    from .zoo.shapes_video import caption_prompt, make_clip
+
+    drafter, processor = models.drafter_vlm, models.processor
+    enc = dict(processor(videos=[make_clip(clip, "test").frames_array()], text=[caption_prompt()], return_tensors="pt"))
+    ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
+    video_id = processor.tokenizer.convert_tokens_to_ids(processor.video_token)
+    runner = ModelRunner(drafter)
+    grid = visual_grid(drafter, enc)
+    times: dict[str, list[float]] = {"vision tower + merge": [], "compression": [], "LM prefill, full": [],
+                                     "LM prefill, compressed": []}  # fmt: skip
+    for rep in range(reps + 2):
+        t0 = time.perf_counter()
+        pos = runner.prompt_positions(ids, mask, enc)
+        embeds = prompt_embeddings(drafter, ids, mask, pos, enc)
+        t1 = time.perf_counter()
+        runner.prefill(None, mask, inputs_embeds=embeds, position_ids=pos)
+        t2 = time.perf_counter()
+        out = compress_prompt(embeds, ids, mask, (video_id,),
+                              lambda v, m, c: grid_pool(v, budget, grid=grid, carry=c), pos.permute(1, 2, 0))  # fmt: skip
+        small_pos = out.positions.permute(2, 0, 1)
+        t3 = time.perf_counter()
+        runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=small_pos)
+        t4 = time.perf_counter()
+        if rep >= 2:
+            for key, dt in zip(times, (t1 - t0, t3 - t2, t2 - t1, t4 - t3)):
+                times[key].append(dt)
+    med = {k: round(1000 * statistics.median(v), 2) for k, v in times.items()}
+    med["prompt tokens, full"], med["prompt tokens, compressed"] = ids.shape[1], out.mask.shape[1]
+    return med

@@ -68,6 +68,14 @@ def bench_video(args) -> None:
         print("\nSTD cost model: one decode step, dense vs sparse view, shapes-video target (synthetic contexts)\n")
         print(std_scaling_table(std_scaling(models.target, contexts, keep=16, k=5), keep=16, k=5))
         return
+    if args.drafter_prefill:
+        from .bench_video import drafter_prefill_breakdown
+
+        models = models or zoo.load("shapes-video")
+        print("\ndrafter set-up on one clip (ms, medians; grid-pool to 16 visual tokens):")
+        for key, value in drafter_prefill_breakdown(models).items():
+            print(f"  {key}: {value}")
+        return
     rows, meta = run(clips=args.clips, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
                      plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
     print_report(rows, meta)
@@ -129,6 +137,8 @@ def main(argv=None) -> None:
     vv.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
     vv.add_argument("--std-scaling", default=None, metavar="N1,N2,...",
                     help="instead: STD draft-step vs dense-step cost at these visual context lengths")  # fmt: skip
+    vv.add_argument("--drafter-prefill", action="store_true",
+                    help="instead: where the small drafter's set-up time goes (vision, compression, LM prefill)")  # fmt: skip
     vv.set_defaults(func=bench_video)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)

@@ -43,3 +43,11 @@ def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
     assert rows["mmspec small video-LM K=5"]["mean_accepted_tokens"] > 2.0
     assert rows["mmspec EAGLE head K=5"]["mean_accepted_tokens"] > 2.0
     assert rows["mmspec STD keep 16 K=5"]["params"]["visual_tokens"] == 16
+
+
+def test_bench_video_cost_breakdowns(capsys):
+    main(["bench", "video", "--drafter-prefill"])
+    out = capsys.readouterr().out
+    assert "LM prefill, compressed" in out and "prompt tokens, compressed: 21" in out
+    main(["bench", "video", "--std-scaling", "64,128"])
+    assert "| 128 |" in capsys.readouterr().out

@@ -44,6 +44,7 @@ class EagleHead(torch.nn.Module, PyTorchModelHubMixin):
             num_key_value_heads=num_key_value_heads or num_attention_heads, intermediate_size=intermediate_size,
             num_hidden_layers=1, rms_norm_eps=rms_norm_eps, max_position_embeddings=max_position_embeddings,
             rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+            bos_token_id=None, eos_token_id=None, pad_token_id=None,  # the head has no vocabulary of its own
         )  # fmt: skip
         self.layer_config._attn_implementation = "sdpa"
         self.fc = torch.nn.Linear(2 * hidden_size, hidden_size, bias=False)

@@ -418,6 +418,8 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         entry["train_seconds"] = round(time.perf_counter() - t0, 1)
         card["models"][name] = entry
         print(name, json.dumps(entry), flush=True)
+    card["retrain"] = "mmspec zoo train shapes-video [--only target,drafter-text,drafter-vlm,adaptor,eagle]"
+    card["size_mb"] = round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)
     (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
