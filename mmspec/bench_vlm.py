@@ -6,7 +6,8 @@ Methods, all decoding the same processor outputs (batch 1, as Spec-Bench):
 - mmspec: the small-VLM drafter at several draft lengths K, a token tree, HF's +2/-1 length heuristic, the
   text-only drafter, the small-VLM drafter seeing a compressed image (4 of 9 visual tokens: grid pooling, ToMe
   merging, two-stage attention pruning), STD sparse-to-dense self-drafting (4 of 9 visual KV entries per layer),
-  prompt lookup (n-gram) and early-exit self-speculation;
+  the EAGLE head (when the entry ships one), prompt lookup (n-gram) and early-exit self-speculation (own draft
+  cache, and shared KV);
 - Hugging Face's peers with the same target and draft source: assisted generation
   (``generate(assistant_model=...)``) at each K with a constant schedule and at HF's defaults (heuristic
   schedule, confidence threshold), and prompt lookup decoding (``prompt_lookup_num_tokens``). HF's own early
@@ -23,6 +24,7 @@ import torch
 from .bench import Method, RunResult, machine_description, markdown_table, run_interleaved, save_json, save_plot, summarise
 from .config import SpecConfig
 from .drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
+from .drafting.eagle import EagleDrafter
 from .modalities.vlm import VLMSpeculator
 
 
@@ -116,6 +118,13 @@ def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 
                  {"K": 5, "compressor": c, "visual_tokens": 4}) for c in compressors],
         Method("mmspec STD keep 4 of 9 visual KV K=4", "mmspec", "std", True, mm(STDDrafter(target, keep=4)),
                {"K": 4, "visual_tokens": 4}),
+        *([Method(f"mmspec EAGLE head K={k}", "mmspec", "eagle", True, mm(EagleDrafter(target, models.eagle),
+                                                                         num_draft_tokens=k), {"K": k})
+           for k in (4, 5, 6)]
+          + [Method("mmspec EAGLE head dynamic tree <= (3, 3, 2, 2, 1, 1)", "mmspec", "eagle", True,
+                    mm(EagleDrafter(target, models.eagle, "dynamic", threshold=0.2, max_nodes=12),
+                       tree=(3, 3, 2, 2, 1, 1)), {"dynamic": True})]
+          if getattr(models, "eagle", None) is not None else []),
         Method("mmspec n-gram K=4", "mmspec", "ngram", True, mm(NgramDrafter()), {"K": 4}),
         Method(f"mmspec early-exit {early_exit_layers} layers K=4", "mmspec", "early-exit", True,
                mm(EarlyExitDrafter(target, early_exit_layers)), {"K": 4, "layers": early_exit_layers}),

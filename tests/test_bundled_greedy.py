@@ -56,12 +56,16 @@ def test_shapes_video_every_lossless_option(video, video_batch, name):
     assert torch.equal(out.sequences, ref), f"\nspec {out.texts}\nref  {spec.processor.batch_decode(ref)}"
 
 
-def test_shapes_vlm_std_and_compression():
+def test_shapes_vlm_std_shared_early_exit_and_eagle():
     from mmspec.zoo.shapes import make_scene
 
     m = zoo.load("shapes-vlm")
     images = [make_scene(i, "test").render(96) for i in range(3)]
-    for drafter in (STDDrafter(m.target, keep=4), STDDrafter(m.target, keep=4, feedback=True)):
+    drafters = [STDDrafter(m.target, keep=4), STDDrafter(m.target, keep=4, feedback=True),
+                EarlyExitDrafter(m.target, 4, share_kv=True)]
+    if m.eagle is not None:
+        drafters.append(EagleDrafter(m.target, m.eagle))
+    for drafter in drafters:
         spec = VLMSpeculator(m.target, m.processor, drafter, num_draft_tokens=4)
         ref = m.target.generate(**spec.prepare(images, "caption :"), do_sample=False, max_new_tokens=NEW)
         assert torch.equal(spec.generate(images, "caption :", max_new_tokens=NEW).sequences, ref)

@@ -36,6 +36,7 @@ class ShapesVLM:
     processor: object  # LlavaProcessor
     drafter_vlm: object  # small LlavaForConditionalGeneration
     drafter_text: object  # LlamaForCausalLM (text-only)
+    eagle: object | None = None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
 
 
 def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM:
@@ -50,7 +51,16 @@ def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
         drafter_vlm=LlavaForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
         drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
+        eagle=_load_eagle(path, dtype, device),
     )
+
+
+def _load_eagle(path: Path, dtype, device):
+    if not (path / "eagle" / "config.json").exists():
+        return None
+    from ..drafting.eagle import EagleHead
+
+    return EagleHead.from_pretrained(path / "eagle").to(device=device, dtype=dtype).eval()
 
 
 def _train_shapes_vlm(out_dir, **options):
@@ -80,11 +90,7 @@ def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesV
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
     load = dict(dtype=dtype, local_files_only=True)
-    eagle = adaptor = drafter_adaptor = None
-    if (path / "eagle" / "config.json").exists():
-        from ..drafting.eagle import EagleHead
-
-        eagle = EagleHead.from_pretrained(path / "eagle").to(device=device, dtype=dtype).eval()
+    eagle, adaptor, drafter_adaptor = _load_eagle(path, dtype, device), None, None
     if (path / "adaptor" / "config.json").exists() and (path / "drafter-adaptor" / "config.json").exists():
         from ..drafting.query_adaptor import QueryAdaptor
 

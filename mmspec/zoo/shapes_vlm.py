@@ -4,6 +4,7 @@
                    12-layer Llama language model (~23M parameters in all).
 - ``drafter-vlm``  the same architecture at <= 1/10 of the size (a small VLM drafter that sees the image).
 - ``drafter-text`` a 2-layer LlamaForCausalLM that never sees the image (SPD-MLLM-style text-only drafter).
+- ``eagle``        an EAGLE-style feature-injection head on the target, distilled on its own features.
 
 All three share one word-level tokenizer (saved with the processor in ``target/``) and are saved with
 ``save_pretrained`` as float16 safetensors. ``mmspec zoo train shapes-vlm`` rebuilds everything from scratch.
@@ -201,8 +202,9 @@ def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> fl
 
 
 def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int = 1500, batch_size: int = 32,
-          target_lr: float = 1e-3, seed: int = 0, smoke: bool = False, only: tuple[str, ...] | None = None) -> dict:  # fmt: skip
-    """Train the entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, card.json).
+          target_lr: float = 1e-3, seed: int = 0, smoke: bool = False, only: tuple[str, ...] | None = None,
+          eagle_steps: int = 800) -> dict:  # fmt: skip
+    """Train the entry into ``out_dir`` (target/, drafter-vlm/, drafter-text/, eagle/, card.json).
 
     ``only``: retrain just these models (e.g. ``("target",)``); the others and their card entries stay as they are.
     """
@@ -229,11 +231,18 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
         ("target", lambda: LlavaForConditionalGeneration(vlm_config(TARGET_SIZES, image_token_id=image_id, **ids)),
          True, target_steps, target_lr),
     ]  # fmt: skip
+    plan.append(("eagle", None, True, eagle_steps, 2e-3))  # on the trained target: train it first
     names = [p[0] for p in plan]
     if only and not set(only) <= set(names):
         raise ValueError(f"only: expected names among {names}, got {list(only)}")
     for name, build, with_image, steps, lr in plan:
         if only and name not in only:
+            continue
+        if name == "eagle":
+            entry = _train_eagle(out_dir, processor, steps=2 if smoke else steps, batch_size=4 if smoke else batch_size,
+                                 lr=lr, seed=seed)  # fmt: skip
+            card["models"][name] = entry
+            print(name, json.dumps(entry), flush=True)
             continue
         torch.manual_seed(seed)
         model = build()
@@ -255,3 +264,27 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
             tok.save_pretrained(out_dir / name)
     (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
+
+
+def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
+    """An EAGLE head on the trained target (:mod:`mmspec.drafting.eagle`), distilled on its own features."""
+    from transformers import LlavaForConditionalGeneration
+
+    from ..drafting.alignment import distill_eagle_head
+    from ..drafting.eagle import EagleHead
+
+    t0 = time.perf_counter()
+    target = LlavaForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,
+                                                           local_files_only=True).eval()  # fmt: skip
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target, intermediate_size=512)
+
+    def batches(rng):
+        enc = collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
+        enc.pop("labels")
+        return enc
+
+    losses = distill_eagle_head(head, target, batches, steps=steps, lr=lr, seed=seed)
+    head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
+    return {"parameters": count_parameters(head), "steps": steps, "lr": lr, "train_seconds": round(time.perf_counter() - t0, 1),
+            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
