@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .bench import (Method, RunResult, drop_unsupported, machine_description, run_interleaved, save_json, save_plot,
-                    summarise)  # fmt: skip
-from .bench_vlm import ForwardCounter, assistant_settings
-from .config import SpecConfig
+from .bench import Method, drop_unsupported, machine_description, run_interleaved, save_json, save_plot, summarise
+from .bench_vlm import Runners
 from .drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from .drafting.eagle import EagleDrafter
 from .modalities.video import VideoSpeculator
@@ -32,41 +30,9 @@ from .modalities.video import VideoSpeculator
 def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16, std_keep=(8, 16),
                   early_exit_layers: int = 2, tree=(2, 2, 1, 1), eagle_ks=(4, 5, 6, 8),
                   eagle_tree=(3, 3, 2, 2, 1, 1)):  # fmt: skip
-    target, processor = models.target, models.processor
-    tok = processor.tokenizer
-    counter = ForwardCounter(target)
-
-    def hf(**kwargs):
-        def run(enc):
-            counter.reset()
-            out = target.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
-            new = out[:, enc["input_ids"].shape[1] :]
-            return RunResult(new, new.shape[1], counter.count, counter.first_seconds)
-
-        return run
-
-    def hf_assisted(assistant, **settings):
-        base = hf(assistant_model=assistant)
-
-        def run(enc):
-            with assistant_settings(assistant, **settings):
-                return base(enc)
-
-        return run
-
-    def mm(drafter, **cfg):
-        spec = VideoSpeculator(target, processor, drafter=drafter)
-        config = SpecConfig(max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, **cfg)
-
-        def run(enc):
-            kw = dict(enc)
-            ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
-            out = spec.engine.generate(ids, mask, config=config, **kw)
-            rounds = out.stats.rounds
-            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds,
-                             out.stats.draft_prefill_seconds)  # fmt: skip
-
-        return run
+    target = models.target
+    r = Runners(target, models.processor, max_new_tokens, speculator_cls=VideoSpeculator)
+    hf, hf_assisted, mm = r.hf, r.hf_assisted, r.mm
 
     small, text = models.drafter_vlm, models.drafter_text
     full = {"visual_tokens": "all"}

@@ -65,23 +65,27 @@ def assistant_settings(model, **values):
             setattr(cfg, k, v)
 
 
-def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 1, 1), early_exit_layers: int = 4,
-                compressors=("grid-pool", "merge", "two-stage")):  # fmt: skip
-    target, processor = models.target, models.processor
-    tok = processor.tokenizer
-    counter = ForwardCounter(target)
+class Runners:
+    """Builders of ``Method.run`` callables for one target: plain/HF ``generate`` (with a forward counter that also
+    times HF's prompt pass), HF assisted generation with per-call assistant settings, and mmspec speculators."""
 
-    def hf(**kwargs):
+    def __init__(self, target, processor, max_new_tokens: int, speculator_cls=VLMSpeculator):
+        self.target, self.processor, self.max_new_tokens = target, processor, max_new_tokens
+        self.speculator_cls = speculator_cls
+        self.counter = ForwardCounter(target)
+
+    def hf(self, **kwargs):
         def run(enc):
-            counter.reset()
-            out = target.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
+            self.counter.reset()
+            out = self.target.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens, **kwargs)
             new = out[:, enc["input_ids"].shape[1] :]
-            return RunResult(new, new.shape[1], counter.count)  # HF's first call prefills and verifies at once
+            # HF's first call prefills and verifies at once; its duration is reported as HF's prefill
+            return RunResult(new, new.shape[1], self.counter.count, self.counter.first_seconds)
 
         return run
 
-    def hf_assisted(assistant, **settings):
-        base = hf(assistant_model=assistant)
+    def hf_assisted(self, assistant, **settings):
+        base = self.hf(assistant_model=assistant)
 
         def run(enc):
             with assistant_settings(assistant, **settings):
@@ -89,18 +93,26 @@ def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 
 
         return run
 
-    def mm(drafter, **cfg):
-        spec = VLMSpeculator(target, processor, drafter=drafter)
-        config = SpecConfig(max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, **cfg)
+    def mm(self, drafter, **cfg):
+        spec = self.speculator_cls(self.target, self.processor, drafter=drafter)
+        config = SpecConfig(max_new_tokens=self.max_new_tokens, eos_token_id=self.processor.tokenizer.eos_token_id, **cfg)
 
         def run(enc):
             kw = dict(enc)
             ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
             out = spec.engine.generate(ids, mask, config=config, **kw)
             rounds = out.stats.rounds  # the prefill's token is no verification: counted in neither
-            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds))
+            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds,
+                             out.stats.draft_prefill_seconds)  # fmt: skip
 
         return run
+
+
+def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 1, 1), early_exit_layers: int = 4,
+                compressors=("grid-pool", "merge", "two-stage")):  # fmt: skip
+    target = models.target
+    r = Runners(target, models.processor, max_new_tokens)
+    hf, hf_assisted, mm = r.hf, r.hf_assisted, r.mm
 
     small, text = models.drafter_vlm, models.drafter_text
     methods = [Method("plain greedy (HF generate)", "ar", "none", True, hf())]

@@ -43,3 +43,22 @@ def fit(loss_fn: Callable[[random.Random], torch.Tensor], params: Iterable[torch
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def pack_answers(tokenizer, prompt_ids: list[list[int]], answers) -> dict:
+    """Right-padded training batch from prompt token ids and answer strings: ``input_ids``, ``attention_mask`` and
+    ``labels`` (-100 outside the answer; the answer is followed by EOS)."""
+    seqs, labels = [], []
+    for p, a in zip(prompt_ids, answers):
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(list(p) + a_ids)
+        labels.append([-100] * len(p) + a_ids)
+    width = max(map(len, seqs))
+    input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
+    label_t = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (seq, lab) in enumerate(zip(seqs, labels)):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        label_t[i, : len(lab)] = torch.tensor(lab)
+        mask[i, : len(seq)] = 1
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": label_t}

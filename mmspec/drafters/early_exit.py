@@ -15,7 +15,6 @@ import torch
 from transformers.masking_utils import create_causal_mask
 
 from ..runner import LayerReuse, ModelRunner, text_config_of
-from ..sampling import process_logits, sample
 from ..types import Proposal
 from .base import DRAFTERS, DraftRequest, Drafter
 from .model import ModelDraftSession
@@ -68,7 +67,9 @@ class EarlyExitRunner(ModelRunner):
             h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
                       past_key_values=self.cache, use_cache=True)  # fmt: skip
             h = h[0] if isinstance(h, tuple) else h
-        self.exit_hidden = h  # [B, L, H] what layer n of the full model would receive
+        # what layer n of the full model would receive, for every tentative token so far: [B, pending, H]
+        earlier = self.pending - h.shape[1]
+        self.tentative_hidden = h if earlier <= 0 else torch.cat([self.tentative_hidden, h], dim=1)
         h = self.decoder.norm(h[:, -logits_to_keep:] if logits_to_keep else h)
         return self.head(h)
 
@@ -101,6 +102,8 @@ class SharedEarlyExitSession(ModelDraftSession):
         self.sampling, self.need_probs = request.sampling, request.need_probs
         self.runner = EarlyExitRunner(model, request.vocab_size, num_layers)
         self.runner.cache = target.cache  # shared: layers < n are written by the draft, read by verification
+        self.carry = request.input_ids.new_zeros((request.input_ids.shape[0], 0))  # always empty: x_t is fed each round
+        self._feed, self._k = self.carry, 0
         self._sync()
 
     def _sync(self) -> None:
@@ -110,30 +113,12 @@ class SharedEarlyExitSession(ModelDraftSession):
         r.pending, r.parents, r.depth = 0, [], []
 
     def propose(self, pending, k, generator=None, stop_below=None) -> Proposal:
-        if k == 0:
-            return Proposal(tokens=pending.new_zeros((pending.shape[0], 0)))
-        feed, tokens, probs, hidden = pending[:, None], [], [], []
-        for i in range(k):
-            logits = self.runner.extend(feed)[:, -1]  # [B, V]
-            hidden.append(self.runner.exit_hidden)
-            if self.sampling.greedy:
-                x = logits.argmax(-1)
-                top = torch.softmax(logits.float(), -1).amax(-1) if stop_below is not None else None
-            else:
-                q = process_logits(logits, self.sampling)
-                x = sample(q, generator)
-                top = q.amax(-1)
-                if self.need_probs:
-                    probs.append(q)
-            tokens.append(x)
-            feed = x[:, None]
-            if i + 1 < k and stop_below is not None and bool((top < stop_below).all()):
-                break
-        self.runner.extend(feed)  # d_K's lower-layer KV and hidden state, so verification needs no lower layers
-        hidden.append(self.runner.exit_hidden)
-        reuse = LayerReuse(self.num_layers, torch.cat(hidden, dim=1))  # [B, K+1, H] for x_t, d_1..d_K
-        return Proposal(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None,
-                        meta={"layer_reuse": reuse})  # fmt: skip
+        proposal = super().propose(pending, k, generator, stop_below)  # feeds x_t, d_1..d_{K-1}; carry stays empty
+        if proposal.k == 0:
+            return proposal
+        self.runner.extend(proposal.tokens[:, -1:])  # d_K's lower-layer KV and hidden state, for verification
+        proposal.meta["layer_reuse"] = LayerReuse(self.num_layers, self.runner.tentative_hidden)  # [B, K+1, H]
+        return proposal
 
     def propose_tree(self, pending, tree, generator=None) -> Proposal:
         raise ValueError("tree: early exit with share_kv=True drafts chains only; use share_kv=False for trees")

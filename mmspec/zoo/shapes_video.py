@@ -41,7 +41,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from .shapes import COLORS, POSITIONS, SHAPES, draw_shape, vocabulary as image_vocabulary
-from ..training import count_parameters, fit
+from ..training import count_parameters, fit, pack_answers
 
 ENTRY = "shapes-video"
 NUM_FRAMES = 8
@@ -319,22 +319,10 @@ def collate(processor, batch, with_video: bool) -> dict:
     else:
         drop = set(tok.convert_tokens_to_ids(["<|image_pad|>", "<|video_pad|>"]))  # as the engine strips them
         prompt_ids = [[t for t in tok(p)["input_ids"] if t not in drop] for p in prompts]
-    seqs, labels = [], []
-    for p, a in zip(prompt_ids, answers):
-        a_ids = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        seqs.append(p + a_ids)
-        labels.append([-100] * len(p) + a_ids)
-    width = max(map(len, seqs))
-    input_ids = torch.full((len(seqs), width), tok.pad_token_id)
-    label_t = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, lab) in enumerate(zip(seqs, labels)):
-        input_ids[i, : len(s)] = torch.tensor(s)
-        label_t[i, : len(lab)] = torch.tensor(lab)
-        mask[i, : len(s)] = 1
+    out = pack_answers(tok, prompt_ids, answers)
     if with_video:  # M-RoPE needs to know which tokens are video placeholders (2 = video)
-        extra["mm_token_type_ids"] = 2 * (input_ids == tok.convert_tokens_to_ids("<|video_pad|>")).long()
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": label_t, **extra}
+        extra["mm_token_type_ids"] = 2 * (out["input_ids"] == tok.convert_tokens_to_ids("<|video_pad|>")).long()
+    return {**out, **extra}
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .shapes import make_scene, vocabulary
-from ..training import count_parameters, fit
+from ..training import count_parameters, fit, pack_answers
 
 ENTRY = "shapes-vlm"
 IMAGE_SIZE = 96
@@ -155,20 +155,7 @@ def collate(processor, batch, with_image: bool):
     else:
         prompt_ids = [[t for t in tok(p)["input_ids"] if t != image_id] for p in prompts]
         pixel_values = None
-    seqs, labels = [], []
-    for p, a in zip(prompt_ids, answers):
-        a_ids = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        seqs.append(p + a_ids)
-        labels.append([-100] * len(p) + a_ids)
-    width = max(map(len, seqs))
-    input_ids = torch.full((len(seqs), width), tok.pad_token_id)
-    label_t = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, l) in enumerate(zip(seqs, labels)):
-        input_ids[i, : len(s)] = torch.tensor(s)
-        label_t[i, : len(l)] = torch.tensor(l)
-        mask[i, : len(s)] = 1
-    out = {"input_ids": input_ids, "attention_mask": mask, "labels": label_t}
+    out = pack_answers(tok, prompt_ids, answers)
     if pixel_values is not None:
         out["pixel_values"] = pixel_values
     return out
