@@ -166,15 +166,14 @@ def save_plot(rows: list[BenchRow], path: str | Path, title: str) -> None:
     from matplotlib.patches import Patch
 
     colors = {"ar": "#888888", "mmspec": "#1f77b4", "hf": "#ff7f0e"}
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.4), layout="constrained")
     names = [r.method for r in rows][::-1]
     ax.barh(names, [r.speedup_vs_ar for r in rows][::-1], color=[colors[r.family] for r in rows][::-1])
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xlim(left=0)
-    ax.set_xlabel("speedup vs plain greedy decoding (tokens/s ratio, medians)")
-    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("speedup vs plain greedy (tokens/s ratio, medians)")
+    fig.suptitle(title, fontsize=10)
     ax.legend(handles=[Patch(color=c, label=f) for f, c in colors.items()], loc="lower right")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
