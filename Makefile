@@ -17,6 +17,7 @@ demo: $(STAMP)
 	$(VPY) -m mmspec.cli demo
 	$(VPY) demos/caption_shapes.py --out out/captions.png
 	$(VPY) demos/video_qa.py --out out/video_qa.png
+	$(VPY) demos/image_ar.py --out out/image_ar.png
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests

@@ -6,6 +6,8 @@ One propose -> score -> verify -> commit loop; drafters and verifiers are plugga
 from .config import SpecConfig
 from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from .engine import SpeculativeEngine
+from .jacobi import JacobiConfig, JacobiEngine
+from .modalities.image_ar import IMAGE_AR_METHODS, ImageARSpeculator
 from .modalities.video import VideoSpeculator
 from .modalities.vlm import VLMSpeculator
 from .sampling import SamplingParams
@@ -15,7 +17,8 @@ from . import zoo
 
 __version__ = "0.1.0"
 __all__ = [
-    "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "ModelDrafter", "NgramDrafter", "Proposal",
+    "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "IMAGE_AR_METHODS", "ImageARSpeculator",
+    "JacobiConfig", "JacobiEngine", "ModelDrafter", "NgramDrafter", "Proposal",
     "STDDrafter", "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
     "VideoSpeculator",
     "Verdict", "Verifier", "make_verifier", "zoo",

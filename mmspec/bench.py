@@ -30,6 +30,7 @@ class RunResult:
     verify_forwards: int  # target forwards that verified drafts (plain decoding: one per token)
     prefill_seconds: float | None = None  # time to the first token (prompt pass, drafter set-up), when measured
     draft_prefill_seconds: float | None = None  # the drafter's own set-up, when measured
+    batch_forwards: int | None = None  # target forwards of the whole batch (when rows advance independently)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The ``mmspec`` command: demo, bench (vlm, video, verifiers), verifiers, zoo train."""
+"""The ``mmspec`` command: demo, bench (vlm, video, image-ar, verifiers), verifiers, zoo train."""
 
 from __future__ import annotations
 
@@ -83,6 +83,27 @@ def bench_video(args) -> None:
         print(f"\nrows written to {args.json}")
 
 
+def bench_image_ar(args) -> None:
+    from . import zoo
+    from .bench_image_ar import bench_image_ar as run, image_ar_table, save_json, save_sweep_plot
+
+    models = zoo.ZOO.get("shapes-t2i").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-t2i")
+    only = args.only.split(",") if args.only else None
+    rows, meta = run(models, per_class=args.per_class, batch=args.batch, reps=args.reps, cfg_scale=args.cfg_scale,
+                     window=args.window, only=only)  # fmt: skip
+    print(f"\nmmspec bench image-ar — shapes-t2i, {meta['images']} images (108 conditions), batch {meta['batch']}, "
+          f"temperature 1, CFG {meta['cfg_scale']}, {meta['reps']} interleaved reps; {meta['machine']}\n")  # fmt: skip
+    print(image_ar_table(rows))
+    print(f"\nplain-AR runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
+          f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
+    if args.json:
+        save_json(rows, args.json, meta)
+        print(f"rows written to {args.json}")
+    if args.plot:
+        save_sweep_plot(rows, args.plot, meta)
+        print(f"sweep plot written to {args.plot}")
+
+
 def bench_verifiers(args) -> None:
     from .bench_verifiers import bench_verifiers as run, markdown
 
@@ -140,6 +161,17 @@ def main(argv=None) -> None:
     vv.add_argument("--drafter-prefill", action="store_true",
                     help="instead: where the small drafter's set-up time goes (vision, compression, LM prefill)")  # fmt: skip
     vv.set_defaults(func=bench_video)
+    ia = b.add_parser("image-ar", help="shapes-t2i: plain AR vs SJD / MC-SJD / LANTERN / GSD (speed and quality)")
+    ia.add_argument("--per-class", type=int, default=4, help="images per condition (108 conditions)")
+    ia.add_argument("--batch", type=int, default=54, help="images generated per call")
+    ia.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (after one warm-up)")
+    ia.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance scale")
+    ia.add_argument("--window", type=int, default=16, help="Jacobi window (draft slots)")
+    ia.add_argument("--only", default=None, help="run only rows whose name contains one of these (comma-separated)")
+    ia.add_argument("--zoo-path", default=None, help="load the shapes-t2i models from here (default: bundled)")
+    ia.add_argument("--json", default=None, help="write the rows as JSON here")
+    ia.add_argument("--plot", default=None, help="write the speedup-vs-quality sweep plot (PNG) here")
+    ia.set_defaults(func=bench_image_ar)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)
     w.add_argument("--k", type=int, default=8, help="draft length")

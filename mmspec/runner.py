@@ -344,6 +344,43 @@ class ModelRunner:
         self.next_pos = self.next_pos + n
         self.pending, self.parents, self.depth = 0, [], []
 
+    def commit_rows(self, keep: torch.Tensor) -> None:
+        """Commit a different prefix of a tentative chain on every row: ``keep [B]`` tokens, 0..pending.
+
+        Rows advance independently (Jacobi decoding of a batch): the rejected entries stay in the cache as holes
+        that the attention mask hides, each row's positions advance by its own count, and :meth:`compact_holes`
+        squeezes the holes out once they pile up. Chains only."""
+        if not self.is_chain:
+            raise ValueError("commit_rows: per-row commits take a chain of tentative tokens, got a tree")
+        keep = keep.to(self.device)
+        if keep.shape != (self.mask.shape[0],) or bool((keep < 0).any()) or bool((keep > self.pending).any()):
+            raise ValueError(f"keep: expected [B] counts in 0..{self.pending}, got {keep.tolist()}")
+        block = torch.arange(self.pending, device=self.device)[None, :] < keep[:, None]  # [B, L] kept entries
+        self.mask = torch.cat([self.mask[:, : self.length - self.pending], block.long()], dim=1)
+        self.next_pos = self.next_pos + keep
+        self.padded = self.padded or bool((~block).any())
+        self.pending, self.parents, self.depth = 0, [], []
+        if self.length - int(self.mask.sum(1).min()) > max(64, self.length // 2):
+            self.compact_holes()
+
+    def compact_holes(self) -> None:
+        """Drop masked-out cache entries: every row's real entries, in order, right-aligned (left padding for rows
+        with fewer). A cache with a multiple of B rows (e.g. classifier-free guidance's doubled batch: the same
+        tokens in every block of B rows) is gathered with the same index in each block."""
+        if self.pending:
+            raise ValueError(f"compact_holes: {self.pending} tentative tokens are pending; commit first")
+        real = self.mask.bool()  # [B, S]
+        width = int(real.sum(1).max())
+        order = torch.sort(real.long(), dim=1, stable=True).indices  # [B, S] holes first, then real entries in order
+        index = order[:, -width:]  # [B, S'] right-aligned real entries
+        self.mask = real.gather(1, index).long()
+        for layer in self.cache.layers:
+            b, h, _, d = layer.keys.shape
+            rows = index.repeat(b // index.shape[0], 1)  # [b, S'] the same index for every block of B rows
+            idx = rows[:, None, :, None].expand(b, h, width, d)
+            layer.keys, layer.values = layer.keys.gather(2, idx), layer.values.gather(2, idx)
+        self.padded = bool((self.mask == 0).any())
+
     @property
     def length(self) -> int:
         """Tokens in the cache (padding and tentative tokens included)."""

@@ -66,6 +66,8 @@ class SpecStats:
     draft_prefill_seconds: float = 0.0  # the drafter's set-up alone (its prefill, compression, KV views)
     total_seconds: float = 0.0
     new_tokens: int = 0  # tokens generated per row (max over rows, before EOS trimming)
+    row_forwards: list[int] = field(default_factory=list)  # per row, target forwards it needed when rows advance
+    # independently (Jacobi loop; prefill included); empty = every row needed target_forwards
 
     @property
     def mean_accepted_tokens(self) -> float:

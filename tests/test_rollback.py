@@ -141,3 +141,58 @@ def test_early_exit_logits_equal_target_when_later_layers_do_nothing(name, llama
         torch.testing.assert_close(draft.extend(tokens), target.extend(tokens), atol=ATOL, rtol=0)
         draft.commit(keep)
         target.commit(keep)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Per-row commits (rows advancing independently, as the Jacobi loop does): holes in the cache, then compaction
+
+
+@pytest.mark.parametrize("guided", [False, True], ids=["plain", "cfg-doubled-cache"])
+def test_per_row_commits_and_hole_compaction_match_recompute(guided):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mmspec.modalities.image_ar import ClassifierFreeGuidance
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=12, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)  # fmt: skip
+    base = LlamaForCausalLM(cfg).eval()
+    null = [11, 11]
+    model = ClassifierFreeGuidance(base, null, 2.0) if guided else base
+
+    def direct(seq):  # logits of the last position, no cache (and the guided combination by hand)
+        with torch.no_grad():
+            c = base(torch.tensor([seq])).logits[0, -1]
+            if not guided:
+                return c
+            u = base(torch.tensor([null + seq[2:]])).logits[0, -1]
+            return u + 2.0 * (c - u)
+
+    prompt = torch.tensor([[9, 10], [10, 9], [9, 9]])
+    runner = ModelRunner(model, 12)
+    runner.prefill(prompt)
+    seqs = [r.tolist() for r in prompt]
+    block = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [1, 3, 5, 7]])
+    for keep, compact in [([1, 3, 0], False), ([4, 0, 2], False), ([2, 2, 1], True)]:
+        runner.extend(block)
+        runner.commit_rows(torch.tensor(keep))
+        for r, n in enumerate(keep):
+            seqs[r] += block[r, :n].tolist()
+        assert runner.next_pos.tolist() == [len(s) for s in seqs]
+        if compact:
+            runner.compact_holes()
+            assert int((runner.mask == 0).sum()) == sum(max(map(len, seqs)) - len(s) for s in seqs)
+        probe = torch.tensor([[3], [4], [6]])
+        logits = runner.extend(probe)[:, -1]  # [B, V]
+        runner.commit_rows(torch.zeros(3, dtype=torch.long))  # the probe leaves nothing behind
+        for r in range(3):
+            torch.testing.assert_close(logits[r], direct(seqs[r] + probe[r].tolist())[:12], atol=1e-4, rtol=1e-4)
+
+
+def test_commit_rows_rejects_bad_counts(llama_pair):
+    target, _ = llama_pair
+    runner = ModelRunner(target)
+    runner.prefill(torch.tensor([[1, 2], [3, 4]]))
+    runner.extend(torch.tensor([[5, 6], [7, 8]]))
+    with pytest.raises(ValueError, match="keep"):
+        runner.commit_rows(torch.tensor([3, 0]))

@@ -73,6 +73,11 @@ class TestSJDRepeat(JacobiContract):
     params = {"init": "repeat"}
 
 
+class TestSJDReuse(JacobiContract):
+    name = "sjd"
+    params = {"reuse": 0.2}
+
+
 class TestMCSJD(JacobiContract):
     name = "mc-sjd"
 
@@ -144,6 +149,9 @@ def test_vectorised_equals_reference(seed, init, with_q, k):
     for rule, reference in [(sjd_rule, reference_sjd), (mc_sjd_rule, reference_mc_sjd)]:
         args = (x["d"], x["q"], x["p"], x["u"], x["e"], fresh)
         assert_same_step(rule(*args), reference(*args))
+    for reuse in (0.05, 0.3):  # SJD++-style reuse of confident drafts after the first rejection
+        args = (x["d"], x["q"], x["p"], x["u"], x["e"], fresh)
+        assert_same_step(sjd_rule(*args, reuse=reuse), reference_sjd(*args, reuse=reuse))
     for d in (x["d"], x["d_gumbel"]):
         args = (d, x["q"], x["p"], x["g"], fresh)
         assert_same_step(gumbel_sjd_rule(*args), reference_gumbel_sjd(*args))
@@ -374,14 +382,16 @@ def decode_pvalue(name: str, params: dict, config: str, seed: int = 1234):
     return chi2_pvalue(counts, toy.joint()), float(passes.double().mean())
 
 
-LOSSLESS_CASES = [("sjd", {"init": "random"}), ("sjd", {"init": "repeat"}), ("mc-sjd", {"init": "random"}),
+LOSSLESS_CASES = [("sjd", {"init": "random"}), ("sjd", {"init": "repeat"}), ("sjd", {"init": "random", "reuse": 0.3}),
+                  ("mc-sjd", {"init": "random"}),
                   ("mc-sjd", {"init": "repeat"}), ("gumbel-sjd", {"seed": 7, "init": "random"}),
                   ("gumbel-sjd", {"seed": 8, "init": "repeat"})]  # fmt: skip
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", TOY_CONFIGS)
-@pytest.mark.parametrize("name,params", LOSSLESS_CASES, ids=lambda x: x if isinstance(x, str) else x.get("init"))
+@pytest.mark.parametrize("name,params", LOSSLESS_CASES,
+                         ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items() if k != "seed"))
 def test_jacobi_decode_matches_exact_joint(name, params, config):
     start = time.perf_counter()
     p, passes = decode_pvalue(name, params, config)

@@ -1,4 +1,4 @@
-"""The shapes-video recipe runs end to end (2 steps per model) and its output loads; the clip generator's contract."""
+"""The zoo recipes run end to end (2 steps per model) and their outputs load; the data generators' contracts."""
 
 from __future__ import annotations
 
@@ -38,3 +38,34 @@ def test_clips_are_deterministic_and_captions_match_events():
         assert changed and all(f >= 1 for f in changed)  # something happens after the first frame
     with pytest.raises(ValueError, match="split: expected 'train' or 'test'"):
         make_clip(0, "val")
+
+
+def test_shapes_t2i_recipe_smoke(tmp_path):
+    from mmspec.zoo.shapes_t2i import GRID
+
+    entry = ZOO.get("shapes-t2i")
+    card = entry.train(tmp_path, smoke=True)
+    assert set(card["models"]) == {"vq", "judge", "target", "drafter"}
+    assert json.loads((tmp_path / "card.json").read_text()) == card
+    assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
+    m = entry.load(tmp_path)
+    out = m.speculator().generate(["red circle at top left", 5], "mc-sjd", seed=0)
+    assert out.codes.shape == (2, GRID * GRID) and out.images[0].size == (32, 32)
+
+
+def test_shapes_t2i_conditions_round_trip_and_images_follow_them():
+    from mmspec.zoo.shapes_t2i import ALL_CONDITIONS, BACKGROUND, Condition, example, render, to_condition
+
+    assert len({c.label for c in ALL_CONDITIONS}) == 108
+    for c in ALL_CONDITIONS:
+        assert Condition.from_label(c.label) == c and Condition.parse(c.caption()) == c and to_condition(c.caption()) == c
+    for bad in ("purple circle at top", "red circle", "red hexagon at top left"):
+        with pytest.raises(ValueError, match="condition"):
+            Condition.parse(bad)
+    a = np.asarray(render(Condition("circle", "red", 0), seed=3))
+    assert a.shape == (32, 32, 3) and np.array_equal(a, np.asarray(render(Condition("circle", "red", 0), seed=3)))
+    ink = np.abs(a.astype(int) - np.array(BACKGROUND)).sum(-1) > 60  # [32, 32] shape pixels
+    ys, xs = ink.nonzero()
+    assert ink.sum() > 10 and ys.mean() < 16 and xs.mean() < 16  # "top left" is drawn in the top-left region
+    assert example(3, "train")[0] != example(3, "test")[0] or not np.array_equal(
+        np.asarray(example(3, "train")[1]), np.asarray(example(3, "test")[1]))

@@ -144,19 +144,31 @@ def _with_bonus(d: torch.Tensor, bonus: torch.Tensor) -> torch.Tensor:
 # The three rules, vectorised over rows, positions and the vocabulary
 
 
-def sjd_rule(d, q, p, u, e, fresh=None) -> JacobiStep:
+def sjd_rule(d, q, p, u, e, fresh=None, reuse: float | None = None) -> JacobiStep:
     """SJD (Teng et al. 2024). d [B, K] drafts, q [B, K, V] | None (one-hot), p [B, K+1, V], u [B, K] float64
     uniforms, e [B, K+1, V] Exp(1) noise, fresh [B, K] tokens for fresh slots or None ("repeat").
 
     Accept d_i iff u_i < min(1, p_{i-1}(d_i)/q_i(d_i)) up to the first rejection (n accepted); S_n is a sample of
     norm(max(0, p_n - q_{n+1})) (q_{K+1} = 0: the bonus is a sample of p_K); every later position j > n gets a
     fresh sample S_j of p_j (its re-initialisation, proposal p_j).
+
+    ``reuse`` (SJD++-style high-confidence token reuse): a position j > n whose old draft d_{j+1} has
+    p_j(d_{j+1}) >= reuse keeps that draft instead of a fresh sample, stored with a ONE-HOT proposal. It stays
+    exact: a one-hot draft chosen independently of the next pass's uniform is accepted with probability p'(d) and
+    otherwise replaced by a sample of p' without d, a sample of p' either way (a stale q would not be).
     """
     n = first_rejection(_accept_test(d, q, p, u))  # [B]
     j = torch.arange(p.shape[1], device=p.device)[None, :]  # [1, L]
     samples = torch.where(j < n[:, None], _with_bonus(d, n), _race(p, e))  # [B, L] d before n, samples of p after
     samples = torch.where(j == n[:, None], _stop_sample(d, q, p, e, n)[:, None], samples)  # [B, L] S_n
-    return _step(n, samples, p, fresh)
+    if reuse is None:
+        return _step(n, samples, p, fresh)
+    k = d.shape[1]
+    p_d = p[:, :k].gather(-1, d[..., None]).squeeze(-1)  # [B, K] p_j(d_{j+1})
+    keep = (j[:, :k] > n[:, None]) & (p_d >= reuse)  # [B, K] confident old drafts after the stop
+    samples[:, :k] = torch.where(keep, d, samples[:, :k])
+    stored = torch.where(keep[..., None], F.one_hot(d, p.shape[-1]).to(p.dtype), p[:, :k])  # [B, K, V]
+    return _step(n, samples, torch.cat([stored, p[:, k:]], dim=1), fresh)
 
 
 def mc_sjd_rule(d, q, p, u, e, fresh=None) -> JacobiStep:
@@ -223,14 +235,15 @@ def _reference_sample(w: torch.Tensor, e: torch.Tensor) -> int:
     return int((w.float() / e.clamp_min(torch.finfo(torch.float32).tiny)).argmax())
 
 
-def _reference_loop(d, q, p, fresh, row_fn) -> JacobiStep:
-    """Run ``row_fn(r, k, q_r) -> (n, samples)`` for every row and assemble the step row by row."""
+def _reference_loop(d, q, p, fresh, row_fn, stored=None) -> JacobiStep:
+    """Run ``row_fn(r, k, q_r) -> (n, samples)`` for every row and assemble the step row by row (``stored``: the
+    proposals carried slots keep, filled in by ``row_fn``; default p)."""
     b, k = d.shape
     q = _reference_proposals(d, q, p)
     n_all, next_all, tokens_all, probs_all = [], [], [], []
     for r in range(b):
         n, samples = row_fn(r, k, q[r])
-        tokens, probs = _reference_window(samples, p[r], n, None if fresh is None else fresh[r])
+        tokens, probs = _reference_window(samples, (p if stored is None else stored)[r], n, None if fresh is None else fresh[r])
         n_all.append(n)
         next_all.append(samples[n])
         tokens_all.append(tokens)
@@ -246,8 +259,9 @@ def _accepted(d_ri: int, q_ri: torch.Tensor, p_r: torch.Tensor, u_ri: torch.Tens
     return bool(u_ri * q_ri[d_ri].double() < p_r[d_ri].double())
 
 
-def reference_sjd(d, q, p, u, e, fresh=None) -> JacobiStep:
+def reference_sjd(d, q, p, u, e, fresh=None, reuse: float | None = None) -> JacobiStep:
     """:func:`sjd_rule` as a plain loop over rows and window positions."""
+    stored = p.clone()  # proposals the next window stores (one-hot where a confident draft is reused)
 
     def row(r, k, q_r):
         n = 0
@@ -255,10 +269,15 @@ def reference_sjd(d, q, p, u, e, fresh=None) -> JacobiStep:
             n += 1
         samples = [int(d[r, j]) for j in range(n)]
         samples.append(_reference_sample(_reference_residual(p[r, n], q_r[n] if n < k else None), e[r, n]))
-        samples += [_reference_sample(p[r, j], e[r, j]) for j in range(n + 1, k + 1)]
+        for j in range(n + 1, k + 1):
+            if reuse is not None and j < k and float(p[r, j, int(d[r, j])]) >= reuse:
+                samples.append(int(d[r, j]))
+                stored[r, j] = F.one_hot(d[r, j], p.shape[-1]).to(p.dtype)
+            else:
+                samples.append(_reference_sample(p[r, j], e[r, j]))
         return n, samples
 
-    return _reference_loop(d, q, p, fresh, row)
+    return _reference_loop(d, q, p, fresh, row, stored)
 
 
 def reference_mc_sjd(d, q, p, u, e, fresh=None) -> JacobiStep:
@@ -377,11 +396,39 @@ def _check_init(init) -> str:
     return init
 
 
+def initial_window(init: str, pending: torch.Tensor, k: int, vocab: int, generator=None) -> tuple:
+    """The first window after the pending tokens ``pending [B]``: K fresh slots with one-hot proposals.
+
+    ``init`` "random": uniform tokens; "repeat": copies of the pending token (spatial prior: the left neighbour).
+    -> (tokens [B, K] int64, probs [B, K, V])."""
+    _check_init(init)
+    b = pending.shape[0]
+    if init == "random":
+        tokens = _fresh_random(b, k, vocab, pending.device, generator)  # [B, K]
+    else:
+        tokens = pending[:, None].expand(b, k).clone()  # [B, K]
+    return tokens, F.one_hot(tokens, vocab).float()
+
+
+def resample_window(p: torch.Tensor, n: torch.Tensor, init: str, generator=None) -> tuple:
+    """SJD's re-initialisation as a window: after committing ``n [B]`` drafts plus one token, the next window's
+    carried slots take fresh samples of this pass's ``p [B, K+1, V]`` (proposal p), the rest are fresh (one-hot).
+
+    The Jacobi loop uses it for verifiers that return no window (LANTERN, GSD with Jacobi drafts) and for rows that
+    accepted more than the batch commits (any draft with its true law is a valid next draft).
+    -> (tokens [B, K], probs [B, K, V])."""
+    b, big_l, v = p.shape
+    e = torch.empty(p.shape, dtype=torch.float32, device=p.device).exponential_(generator=generator)  # [B, L, V]
+    fresh = _FRESH_INIT[_check_init(init)](b, big_l - 1, v, p.device, generator)  # [B, K] | None
+    return _shift_window(_race(p, e), p, n, fresh)
+
+
 class _JacobiVerifier(Verifier):
     """Common ``verify``: validate, draw the rule's randomness, run the core, shift positions, pack the verdict."""
 
     lossless = True
     needs_probs = True
+    keeps_window = True  # the verdict carries the next window (extras); the Jacobi loop uses it as it is
 
     def __init__(self, init: str = "random"):
         self.init = _check_init(init)
@@ -414,13 +461,25 @@ def _uniforms_and_exponentials(b: int, k: int, p: torch.Tensor, generator) -> tu
 class SJDVerifier(_JacobiVerifier):
     """Speculative Jacobi Decoding: speculative sampling of each window draft against p_{i-1} up to the first
     rejection; the unaccepted positions are re-initialised with fresh samples of this pass's p (see
-    :func:`sjd_rule` and the module docstring for the window bookkeeping). Parameter: ``init`` ("random" |
-    "repeat"), how the fresh slots at the end of the next window are filled (always with one-hot q)."""
+    :func:`sjd_rule` and the module docstring for the window bookkeeping). Parameters: ``init`` ("random" |
+    "repeat"), how the fresh slots at the end of the next window are filled (always with one-hot q); ``reuse``
+    (None or a probability in (0, 1]): SJD++-style reuse of high-confidence drafts after the first rejection
+    instead of resampling them (kept with a one-hot proposal, so still exact)."""
 
     bounds = "exact: output law equals the target's (speculative sampling on every committed position)"
     paper = ("Teng et al. 2024, Accelerating Auto-regressive Text-to-Image Generation with Training-free Speculative "
-             "Jacobi Decoding (arXiv:2410.01699)")
-    _rule = staticmethod(sjd_rule)
+             "Jacobi Decoding (arXiv:2410.01699); reuse: SJD++ (Teng et al. 2025, arXiv:2512.07503)")
+
+    def __init__(self, init: str = "random", reuse: float | None = None):
+        ok = reuse is None or (isinstance(reuse, (int, float)) and not isinstance(reuse, bool) and 0 < reuse <= 1)
+        if not ok:
+            raise ValueError(f"reuse: expected None or a probability in (0, 1] (the confidence above which a draft is "
+                             f"kept), got {reuse!r}")  # fmt: skip
+        super().__init__(init)
+        self.reuse = reuse
+
+    def _rule(self, d, q, p, u, e, fresh) -> JacobiStep:
+        return sjd_rule(d, q, p, u, e, fresh, reuse=self.reuse)
 
     def _noise(self, proposal, p, positions, generator):
         return _uniforms_and_exponentials(*proposal.tokens.shape, p, generator)

@@ -332,6 +332,8 @@ def lantern_relaxation(x, p, neighbours, delta: float, lam: float | None):
 
 
 def lantern_core(x, p, q, neighbours, delta, lam, u, e) -> Verdict:
+    if x.shape[1] == 0:  # no drafts: the bonus is a sample of p_0
+        return Verdict(x.new_zeros(x.shape[0]), (p[:, 0].float() / e).argmax(-1), extras={"tv": p.new_zeros(x.shape[0], 0)})
     p_x, q_x = token_probs(p, q, x)  # [B, K]
     nb, m, c_m = lantern_relaxation(x, p, neighbours, delta, lam)
     n = first_rejection(u * q_x <= p_x + c_m)  # [B]: u <= p~(x)/q(x), p~(x) = p(x) + c_m

@@ -116,6 +116,49 @@ def _train_shapes_video(out_dir, **options):
 ZOO.register("shapes-video")(ZooEntry("shapes-video", _train_shapes_video, _load_shapes_video))
 
 
+@dataclass
+class ShapesT2I:
+    vq: object  # diffusers VQModel (32x32 <-> 8x8 codes)
+    target: object  # LlamaForCausalLM over [condition prefix; codes]
+    drafter: object | None  # a 1-layer LlamaForCausalLM with the same vocabulary
+    judge: object | None  # transformers ResNetForImageClassification over the 108 conditions
+
+    def speculator(self, cfg_scale: float = 3.0):
+        """An :class:`~mmspec.modalities.image_ar.ImageARSpeculator` for this entry; conditions are captions such
+        as "red circle at top left", :class:`~mmspec.zoo.shapes_t2i.Condition` objects or labels 0..107."""
+        from ..modalities.image_ar import ImageARSpeculator
+        from .shapes_t2i import CODEBOOK, GRID, condition_tokens, null_tokens, to_condition
+
+        return ImageARSpeculator(self.target, self.vq, drafter=self.drafter, conditioner=lambda c: condition_tokens(to_condition(c)),
+                                 null_prompt=null_tokens(), grid=(GRID, GRID), codebook_size=CODEBOOK, cfg_scale=cfg_scale)  # fmt: skip
+
+
+def _load_shapes_t2i(path: Path, dtype=torch.float32, device="cpu") -> ShapesT2I:
+    from diffusers import VQModel
+    from transformers import LlamaForCausalLM, ResNetForImageClassification
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-t2i: no weights at {path}; run `mmspec zoo train shapes-t2i`")
+    load = dict(dtype=dtype, local_files_only=True)
+    optional = {name: (path / name / "config.json").exists() for name in ("drafter", "judge")}
+    return ShapesT2I(
+        vq=VQModel.from_pretrained(path / "vq", torch_dtype=dtype, local_files_only=True).to(device).eval(),
+        target=LlamaForCausalLM.from_pretrained(path / "target", **load).to(device).eval(),
+        drafter=LlamaForCausalLM.from_pretrained(path / "drafter", **load).to(device).eval() if optional["drafter"] else None,
+        judge=ResNetForImageClassification.from_pretrained(path / "judge", **load).to(device).eval() if optional["judge"] else None,
+    )
+
+
+def _train_shapes_t2i(out_dir, **options):
+    from .shapes_t2i import train
+
+    return train(out_dir, **options)
+
+
+ZOO.register("shapes-t2i")(ZooEntry("shapes-t2i", _train_shapes_t2i, _load_shapes_t2i))
+
+
 def load(name: str, dtype=torch.float32, device="cpu"):
     entry = ZOO.get(name)
     return entry.load(entry.path, dtype=dtype, device=device)

@@ -1,0 +1,231 @@
+"""``mmspec bench image-ar``: visual-AR methods on shapes-t2i, side by side with plain AR sampling.
+
+Every method generates the same fixed set of conditions (all 108 classes x ``per_class`` images, fixed seeds)
+at temperature 1 with classifier-free guidance, in batches, with interleaved timed repetitions after a warm-up
+(the harness of :mod:`mmspec.bench`). Reported per method:
+
+- step compression: image tokens per sequential target call of an image (plain AR = 1.00);
+- wall-clock speedup vs plain AR (images/s ratio of medians, same batches, same seeds);
+- condition accuracy: the judge (a ResNet trained on the same data) classifies the image as the requested class;
+- Fréchet distance between the judge's pooled features of the generated images and of real images of the same
+  conditions (held-out seeds);
+- whether the method is lossless. Plain AR runs ``plain_runs`` times with different seeds: the spread of its
+  quality figures is the yardstick ("within spread": |value - mean of the plain runs| <= their range).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .bench import Method, RunResult, machine_description, run_interleaved
+
+
+@dataclass
+class ImageARRow:
+    method: str
+    family: str  # "ar" (plain sampling) or "mmspec"
+    lossless: bool
+    params: dict
+    step_compression: float  # tokens per target call of an image (plain = 1)
+    batch_step_compression: float  # tokens per target call of a batch (the slowest row decides)
+    images_per_s: float
+    seconds_median: float
+    speedup_vs_ar: float
+    condition_accuracy: float
+    frechet_distance: float
+    within_spread: bool | None = None  # both quality figures within the plain-AR run-to-run spread
+    extras: dict = field(default_factory=dict)
+
+
+def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Fréchet distance between Gaussians fitted to feature sets a [N, D] and b [M, D]."""
+    from scipy import linalg
+
+    mu_a, mu_b = a.mean(0), b.mean(0)
+    cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    covmean, _ = linalg.sqrtm(cov_a @ cov_b, disp=False)
+    covmean = covmean.real
+    return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * covmean))
+
+
+class Judge:
+    """The zoo's classifier as a quality judge: condition accuracy and pooled features for the Fréchet distance."""
+
+    def __init__(self, model):
+        self.model = model.eval()
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """images [B, 3, H, W] in [-1, 1] -> (predicted labels [B], features [B, D])."""
+        out = self.model.resnet(images.to(self.model.dtype))
+        feats = out.pooler_output.flatten(1)  # [B, D]
+        labels = self.model.classifier(out.pooler_output).argmax(-1)
+        return labels, feats.float().numpy()
+
+
+def bench_conditions(per_class: int) -> list[int]:
+    from .zoo.shapes_t2i import NUM_CLASSES
+
+    return [label for _ in range(per_class) for label in range(NUM_CLASSES)]
+
+
+def real_features(judge: Judge, labels: list[int], seed_offset: int = 0) -> np.ndarray:
+    """Judge features of real held-out images of the given conditions."""
+    from .zoo.shapes_t2i import ALL_CONDITIONS, render, to_tensor
+
+    feats = []
+    for start in range(0, len(labels), 256):
+        chunk = labels[start : start + 256]
+        ims = [render(ALL_CONDITIONS[c], 20_000_000 + seed_offset + start + i) for i, c in enumerate(chunk)]
+        feats.append(judge(to_tensor(ims))[1])
+    return np.concatenate(feats)
+
+
+def image_ar_methods(spec, *, window: int = 16, deltas=(0.05, 0.1, 0.2, 0.4), gsd_tols=(0.05, 0.15, 0.3),
+                     plain_runs: int = 3, num_draft_tokens: int = 4) -> list[tuple[str, str, dict]]:  # fmt: skip
+    """(row name, registered method, generate() keyword arguments) for every benchmarked configuration."""
+    rows = [(f"plain (run {i + 1})" if i else "plain", "plain", {"seed_offset": 1000 * i}) for i in range(plain_runs)]
+    rows += [
+        (f"sjd W={window}", "sjd", {"window": window}),
+        (f"sjd W={window} repeat-init", "sjd", {"window": window, "init": "repeat"}),
+        (f"sjd W={window} reuse>=0.5 (SJD++)", "sjd", {"window": window, "reuse": 0.5}),
+        (f"mc-sjd W={window}", "mc-sjd", {"window": window}),
+        (f"mc-sjd W={window} repeat-init", "mc-sjd", {"window": window, "init": "repeat"}),
+        (f"gumbel-sjd W={window}", "gumbel-sjd", {"window": window}),
+    ]
+    if spec.drafter is not None:
+        rows.append((f"speculative K={num_draft_tokens} (AR drafter)", "speculative", {"num_draft_tokens": num_draft_tokens}))
+        rows += [(f"lantern δ={d} (AR drafter)", "lantern", {"num_draft_tokens": num_draft_tokens, "delta": d}) for d in deltas]
+    rows += [(f"lantern-jacobi δ={d}", "lantern-jacobi", {"window": window, "delta": d}) for d in deltas]
+    rows += [(f"lantern-jacobi λ={lam}", "lantern-jacobi", {"window": window, "lam": lam}) for lam in (2.0,)]
+    rows += [(f"gsd tol={t}", "gsd", {"window": window, "prob_tol": t}) for t in gsd_tols]
+    return rows
+
+
+def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3, cfg_scale: float = 3.0,
+                   window: int = 16, only: list[str] | None = None, progress: bool = True) -> tuple[list[ImageARRow], dict]:  # fmt: skip
+    """Run the benchmark on a :class:`~mmspec.zoo.ShapesT2I` entry -> (rows, meta)."""
+    from .modalities.image_ar import IMAGE_AR_METHODS, codes_to_images
+
+    spec = models.speculator(cfg_scale=cfg_scale)
+    judge = Judge(models.judge)
+    labels = bench_conditions(per_class)
+    batches = [labels[i : i + batch] for i in range(0, len(labels), batch)]
+    configs = image_ar_methods(spec, window=window)
+    if only:
+        configs = [c for c in configs if c[0] == "plain" or any(o in c[0] for o in only)]
+
+    def make_run(method: str, kw: dict):
+        kw = dict(kw)
+        offset = kw.pop("seed_offset", 0)
+
+        def run(x: dict) -> RunResult:
+            out = spec.generate(x["labels"], method, temperature=1.0, seed=x["seed"] + offset, decode=False, **kw)
+            forwards = out.stats.row_forwards or [out.stats.target_forwards] * len(x["labels"])
+            return RunResult(out.codes, out.codes.numel(), sum(forwards), batch_forwards=out.stats.target_forwards)
+
+        return run
+
+    methods = [Method(name, "ar" if m == "plain" else "mmspec", m, IMAGE_AR_METHODS.get(m).lossless, make_run(m, kw), kw)
+               for name, m, kw in configs]  # fmt: skip
+    inputs = [{"labels": b, "seed": 17 + i} for i, b in enumerate(batches)]
+    seconds, results, _ = run_interleaved(methods, inputs, reps, progress=progress)
+
+    real = real_features(judge, labels)
+    quality = {}
+    for m in methods:
+        codes = torch.cat([r.new_tokens for r in results[m.name]])  # [N, 64]
+        preds, feats = [], []
+        for start in range(0, len(codes), 256):
+            images = codes_to_images(spec.vq, codes[start : start + 256], spec.grid)
+            p, f = judge(images)
+            preds.append(p)
+            feats.append(f)
+        acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
+        quality[m.name] = (acc, frechet_distance(np.concatenate(feats), real))
+    plain_names = [m.name for m in methods if m.family == "ar"]
+    n_images = len(labels)
+    ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
+    ref_ips = statistics.median([ips[n] for n in plain_names])
+    acc_p = [quality[n][0] for n in plain_names]
+    fd_p = [quality[n][1] for n in plain_names]
+
+    def within(value, ref):
+        return abs(value - statistics.mean(ref)) <= (max(ref) - min(ref)) if len(ref) > 1 else None
+
+    rows = []
+    for m in methods:
+        rs = results[m.name]
+        acc, fd = quality[m.name]
+        tokens = sum(r.committed for r in rs)
+        ok = within(acc, acc_p)
+        rows.append(ImageARRow(
+            method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
+            step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
+            batch_step_compression=round(tokens / max(1, sum(r.batch_forwards * r.new_tokens.shape[0] for r in rs)), 3),
+            images_per_s=round(ips[m.name], 2), seconds_median=round(statistics.median(seconds[m.name]), 3),
+            speedup_vs_ar=round(ips[m.name] / ref_ips, 3), condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
+            within_spread=None if ok is None else bool(ok and within(fd, fd_p)),
+        ))  # fmt: skip
+    floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
+    meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "cfg_scale": cfg_scale,
+            "temperature": 1.0, "window": window, "plain_accuracy": acc_p, "plain_frechet": fd_p,
+            "real_vs_real_frechet": round(floor, 3)}  # fmt: skip
+    return rows, meta
+
+
+def image_ar_table(rows: list[ImageARRow]) -> str:
+    lines = ["| method | lossless | step compression (per image) | per batch | images/s | wall speedup vs plain | "
+             "condition accuracy | Fréchet distance | quality within plain spread |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        spread = "—" if r.within_spread is None or r.family == "ar" else ("yes" if r.within_spread else "no")
+        lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.step_compression:.2f} | {r.batch_step_compression:.2f} | "
+                     f"{r.images_per_s:.1f} | {r.speedup_vs_ar:.2f}x | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
+                     f"{spread} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def save_json(rows: list[ImageARRow], path, meta: dict) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def save_sweep_plot(rows: list[ImageARRow], path, meta: dict) -> None:
+    """Speedup vs quality for the relaxed-acceptance sweeps (LANTERN δ, GSD tolerance), plain AR and the exact
+    methods as reference points; one panel per quality figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    families = {"lantern-jacobi δ": "LANTERN (Jacobi drafts), δ sweep", "lantern δ": "LANTERN (AR drafter), δ sweep",
+                "gsd tol": "GSD, tolerance sweep"}  # fmt: skip
+    for ax, (key, label) in zip(axes, [("frechet_distance", "Fréchet distance (judge features, lower is better)"),
+                                        ("condition_accuracy", "condition accuracy (higher is better)")]):  # fmt: skip
+        for prefix, name in families.items():
+            pts = [r for r in rows if r.method.startswith(prefix)]
+            if pts:
+                ax.plot([r.speedup_vs_ar for r in pts], [getattr(r, key) for r in pts], "o-", label=name)
+                for r in pts:
+                    ax.annotate(r.method.split()[-1] if "drafter" not in r.method else r.method.split()[1],
+                                (r.speedup_vs_ar, getattr(r, key)), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        exact = [r for r in rows if r.lossless]
+        ax.scatter([r.speedup_vs_ar for r in exact], [getattr(r, key) for r in exact], marker="s", color="grey",
+                   label="lossless methods (plain runs, SJD family, speculative)")  # fmt: skip
+        plain = [getattr(r, key) for r in rows if r.family == "ar"]
+        ax.axhspan(min(plain), max(plain), color="grey", alpha=0.15, label="plain AR run-to-run range")
+        ax.set_xlabel("wall-clock speedup vs plain AR")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"shapes-t2i, temperature 1, CFG {meta.get('cfg_scale')}: relaxed acceptance trades quality for speed", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,379 @@
+"""Visual-autoregressive image generation (LlamaGen-style): a VQ tokenizer and a causal LM over the h*w code grid.
+
+Pipeline: condition tokens (a prefix) -> the AR model samples h*w codes, row-major -> the VQ decoder turns them
+into an image. Classifier-free guidance doubles the batch (conditional rows, then the same rows with the null
+condition), every call feeds both halves the same tokens and positions, and the two halves' logits are combined
+*before* temperature, top-k and top-p (LlamaGen order)::
+
+    logits = uncond + cfg_scale * (cond - uncond)
+
+Methods (a registry, :data:`IMAGE_AR_METHODS`), all through the shared loops and the verifier registry:
+
+==================  =============================================================  ========
+method              loop + verifier                                                lossless
+==================  =============================================================  ========
+``plain``           one token per target call (the reference sampler)              yes
+``sjd``             :class:`~mmspec.jacobi.JacobiEngine` + ``sjd`` (``init``,      yes
+                    ``reuse`` = SJD++ high-confidence reuse)
+``mc-sjd``          Jacobi + ``mc-sjd`` (maximal coupling)                          yes
+``gumbel-sjd``      Jacobi + ``gumbel-sjd`` (fixed Gumbel noise per position)       yes
+``lantern-jacobi``  Jacobi + ``lantern`` (δ or λ mode, codebook neighbours)         no
+``gsd``             Jacobi + ``gsd`` (grouped acceptance, codebook distances)       no
+``speculative``     :class:`~mmspec.engine.SpeculativeEngine` + small AR drafter    yes
+``lantern``         engine + small AR drafter + ``lantern``                         no
+==================  =============================================================  ========
+
+Python API::
+
+    spec = ImageARSpeculator(target, vq, drafter=small, conditioner=shapes_t2i.condition_tokens,
+                             null_prompt=shapes_t2i.null_tokens(), cfg_scale=3.0)
+    out = spec.generate(["red circle at top left"], method="mc-sjd", temperature=1.0, seed=0)
+    out.images[0].save("x.png"); out.stats.summary()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from PIL import Image
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..config import SpecConfig
+from ..drafters.model import ModelDrafter
+from ..engine import SpeculativeEngine
+from ..jacobi import JacobiConfig, JacobiEngine
+from ..registry import Registry
+from ..runner import ModelRunner
+from ..sampling import SamplingParams, sample_tokens
+from ..types import GenerationOutput, SpecStats
+from ..verifiers import VERIFIERS
+from ..verifiers.relaxed import build_neighbour_table, calibrate_distance_threshold
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Classifier-free guidance as a model: B rows in, 2B rows inside, B rows of guided logits out
+
+
+class ClassifierFreeGuidance(torch.nn.Module):
+    """Wrap a causal LM so every call runs the conditional rows and their null-condition twins in one batch.
+
+    The prompt (prefill: the cache is empty) must be the condition prefix of length P = ``len(null_prompt)``; the
+    twins get ``null_prompt`` instead. Later calls feed both halves the same tokens, attention mask and positions,
+    so drafts are identical in both halves. The returned logits [B, L, V] are ``uncond + s * (cond - uncond)``
+    (in float32), to be followed by temperature / top-k / top-p. The KV cache holds 2B rows; chains only (the
+    runner's tree compaction indexes B rows).
+    """
+
+    def __init__(self, model, null_prompt: Sequence[int] | torch.Tensor, guidance_scale: float):
+        super().__init__()
+        if isinstance(guidance_scale, bool) or not isinstance(guidance_scale, (int, float)) or guidance_scale < 0:
+            raise ValueError(f"cfg_scale: expected a number >= 0 (1 = no guidance), got {guidance_scale!r}")
+        null = torch.as_tensor(null_prompt, dtype=torch.long).flatten()
+        if null.numel() < 1:
+            raise ValueError(f"null_prompt: expected at least one token id, got {null_prompt!r}")
+        self.model = model
+        self.null_prompt = null
+        self.guidance_scale = float(guidance_scale)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_decoder(self):
+        return self.model.get_decoder()
+
+    def set_attn_implementation(self, impl):
+        self.model.set_attn_implementation(impl)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None, past_key_values=None,
+                **kwargs) -> CausalLMOutputWithPast:  # fmt: skip
+        b = input_ids.shape[0]
+        if past_key_values is None or past_key_values.get_seq_length() == 0:  # prefill: the condition prefix
+            if input_ids.shape[1] != self.null_prompt.numel():
+                raise ValueError(f"input_ids: with classifier-free guidance the prompt must be the condition prefix of "
+                                 f"{self.null_prompt.numel()} tokens (the null prompt's length), got {input_ids.shape[1]}")  # fmt: skip
+            twins = self.null_prompt.to(input_ids.device).expand(b, -1)  # [B, P]
+        else:
+            twins = input_ids  # [B, L] the same drafts in both halves
+        ids = torch.cat([input_ids, twins], dim=0)  # [2B, L]
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask], dim=0)  # [2B, S] (or [2B, 1, L, S])
+        if position_ids is not None:
+            position_ids = torch.cat([position_ids, position_ids], dim=-2)  # [2B, L] (M-RoPE: [3, 2B, L])
+        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, **kwargs)  # fmt: skip
+        cond, uncond = out.logits.float().chunk(2, dim=0)  # [B, L, V] each
+        return CausalLMOutputWithPast(logits=uncond + self.guidance_scale * (cond - uncond), past_key_values=out.past_key_values)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# VQ codes <-> images (diffusers VQModel)
+
+
+@torch.no_grad()
+def images_to_codes(vq, images: torch.Tensor) -> torch.Tensor:
+    """images [B, 3, H, W] in [-1, 1] -> codes [B, h*w] int64, row-major (the indices the quantiser picks)."""
+    h = vq.encode(images.to(device=vq.device, dtype=vq.dtype)).latents  # [B, C, h, w]
+    _, _, (_, _, idx) = vq.quantize(h)
+    return idx.view(images.shape[0], -1)  # [B, h*w]
+
+
+@torch.no_grad()
+def codes_to_images(vq, codes: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """codes [B, h*w] -> images [B, 3, H, W] in [-1, 1] (the VQ decoder on the looked-up codebook entries)."""
+    h, w = grid
+    if codes.dim() != 2 or codes.shape[1] != h * w:
+        raise ValueError(f"codes: expected shape [B, {h * w}] for a {h}x{w} grid, got {tuple(codes.shape)}")
+    quant = vq.quantize.get_codebook_entry(codes.reshape(-1).to(vq.device), (codes.shape[0], h, w, vq.config.vq_embed_dim))
+    return vq.decode(quant.to(vq.dtype), force_not_quantize=True).sample  # [B, 3, H, W]
+
+
+def to_pil(images: torch.Tensor) -> list[Image.Image]:
+    """float [B, 3, H, W] in [-1, 1] -> PIL RGB images."""
+    arr = ((images.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(a) for a in arr]
+
+
+def codebook_embeddings(vq) -> torch.Tensor:
+    """The codebook the quantiser actually uses [V, D] (diffusers' VectorQuantizer: plain L2, not normalised)."""
+    return vq.quantize.embedding.weight.detach().float()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Methods
+
+
+@dataclass
+class ImageAROutput:
+    images: list[Image.Image]
+    codes: torch.Tensor  # [B, h*w] int64
+    stats: SpecStats
+    method: str
+    lossless: bool
+
+    @property
+    def step_compression(self) -> float:
+        """Tokens per sequential target call of an image (plain AR = 1.0): h*w / the target forwards its row needed
+        (prefill included; averaged over rows as total tokens / total row forwards). A batch runs until its slowest
+        row is done: ``batch_step_compression`` is h*w / the batch's forwards."""
+        forwards = self.stats.row_forwards or [self.stats.target_forwards] * self.codes.shape[0]
+        return self.codes.shape[1] * len(forwards) / max(1, sum(forwards))
+
+    @property
+    def batch_step_compression(self) -> float:
+        return self.codes.shape[1] / max(1, self.stats.target_forwards)
+
+
+@dataclass(frozen=True)
+class ImageARMethod:
+    name: str
+    run: Callable[..., GenerationOutput]  # run(speculator, prefix [B, P], request) -> output
+    lossless: bool
+    description: str
+
+
+IMAGE_AR_METHODS: Registry[ImageARMethod] = Registry("image-AR method")
+
+
+@dataclass
+class DecodeRequest:
+    """Everything a method needs besides the models (built by :meth:`ImageARSpeculator.generate`)."""
+
+    num_tokens: int
+    sampling: SamplingParams
+    seed: int
+    cfg_scale: float
+    window: int = 16  # Jacobi window (draft slots)
+    num_draft_tokens: int = 4  # AR drafter draft length
+    init: str = "random"
+    params: dict[str, Any] = field(default_factory=dict)  # verifier parameters (delta, lam, reuse, window_ranks...)
+
+
+def _generator(seed: int, device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+@torch.no_grad()
+def plain_ar(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
+    """The reference sampler: one target call per token with a KV cache (what LlamaGen's sampling loop does)."""
+    gen = _generator(req.seed, prefix.device)
+    t0 = time.perf_counter()
+    runner = ModelRunner(spec.guided(spec.target, req.cfg_scale), spec.codebook_size)
+    tokens = [sample_tokens(runner.prefill(prefix), req.sampling, gen)]  # [B]
+    stats = SpecStats(prefill_seconds=time.perf_counter() - t0)
+    for _ in range(req.num_tokens - 1):
+        logits = runner.extend(tokens[-1][:, None])[:, -1]  # [B, V]
+        runner.commit(1)
+        tokens.append(sample_tokens(logits, req.sampling, gen))
+    codes = torch.stack(tokens, dim=1)  # [B, T]
+    stats.target_forwards, stats.new_tokens = runner.forwards, codes.shape[1]
+    stats.total_seconds = time.perf_counter() - t0
+    return GenerationOutput(torch.cat([prefix, codes], 1), codes, stats)
+
+
+def _jacobi(verifier: str, param_builder: Callable | None = None):
+    def run(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
+        params = dict(req.params)
+        if param_builder is not None:
+            params = param_builder(spec, params)
+        if verifier == "gumbel-sjd":
+            params.setdefault("seed", req.seed)
+        s = req.sampling
+        cfg = JacobiConfig(num_tokens=req.num_tokens, window=req.window, verifier=verifier, verifier_params=params,
+                           init=req.init, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)  # fmt: skip
+        engine = JacobiEngine(spec.guided(spec.target, req.cfg_scale), cfg, vocab_size=spec.codebook_size)
+        return engine.generate(prefix, generator=_generator(req.seed, prefix.device))
+
+    return run
+
+
+def _with_drafter(verifier: str, param_builder: Callable | None = None):
+    def run(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
+        if spec.drafter is None:
+            raise ValueError(f"drafter: the method needs a small AR drafter (verifier {verifier!r}); pass "
+                             "ImageARSpeculator(..., drafter=model)")  # fmt: skip
+        params = dict(req.params)
+        if param_builder is not None:
+            params = param_builder(spec, params)
+        s = req.sampling
+        cfg = SpecConfig(num_draft_tokens=req.num_draft_tokens, verifier=verifier, verifier_params=params,
+                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=req.num_tokens)  # fmt: skip
+        engine = SpeculativeEngine(spec.guided(spec.target, req.cfg_scale), ModelDrafter(spec.guided(spec.drafter, req.cfg_scale)), cfg,
+                                   vocab_size=spec.codebook_size)  # fmt: skip
+        return engine.generate(prefix, generator=_generator(req.seed, prefix.device))
+
+    return run
+
+
+def _lantern_params(spec: "ImageARSpeculator", params: dict) -> dict:
+    k = params.pop("neighbours_k", spec.lantern_k)
+    return {"neighbours": spec.neighbour_table(k), **params}
+
+
+def _gsd_params(spec: "ImageARSpeculator", params: dict) -> dict:
+    emb = codebook_embeddings(spec.vq)
+    return {"embeddings": emb, "dist_threshold": spec.gsd_threshold(), **params}
+
+
+def _register(name: str, run, verifier: str | None, description: str) -> None:
+    lossless = True if verifier is None else VERIFIERS.get(verifier).lossless
+    IMAGE_AR_METHODS.register(name)(ImageARMethod(name, run, lossless, description))
+
+
+_register("plain", plain_ar, None, "plain AR sampling, one target call per token")
+_register("sjd", _jacobi("sjd"), "sjd", "speculative Jacobi decoding (init random|repeat; reuse = SJD++ reuse)")
+_register("mc-sjd", _jacobi("mc-sjd"), "mc-sjd", "MC-SJD: Jacobi with maximal coupling of old and new samples")
+_register("gumbel-sjd", _jacobi("gumbel-sjd"), "gumbel-sjd", "Jacobi with Gumbel coupling (fixed noise per position)")
+_register("lantern-jacobi", _jacobi("lantern", _lantern_params), "lantern", "LANTERN relaxed acceptance on Jacobi drafts")
+_register("gsd", _jacobi("gsd", _gsd_params), "gsd", "GSD grouped acceptance on Jacobi drafts")
+_register("speculative", _with_drafter("speculative"), "speculative", "speculative sampling with the small AR drafter")
+_register("lantern", _with_drafter("lantern", _lantern_params), "lantern", "LANTERN relaxed acceptance, small AR drafter")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The adapter
+
+
+class ImageARSpeculator:
+    """Class- or text-conditional image generation over VQ codes with every method of :data:`IMAGE_AR_METHODS`.
+
+    ``target`` / ``drafter``: Hugging Face causal LMs whose vocabulary starts with the ``codebook_size`` image codes
+    (condition tokens may follow). ``vq``: a diffusers ``VQModel``. ``conditioner`` maps a user condition (a
+    string, a label, ...) to its prefix token ids; prefixes given as int64 tensors [B, P] are used as they are.
+    ``null_prompt``: the prefix of the null condition (CFG); ``grid`` (h, w) of codes.
+    """
+
+    def __init__(self, target, vq, *, null_prompt: Sequence[int], grid: tuple[int, int], drafter=None,
+                 conditioner: Callable[[Any], list[int]] | None = None, codebook_size: int | None = None,
+                 cfg_scale: float = 3.0, lantern_k: int = 16):  # fmt: skip
+        self.target = target.eval()
+        self.vq = vq.eval()
+        self.drafter = None if drafter is None else drafter.eval()
+        self.conditioner = conditioner
+        self.null_prompt = list(null_prompt)
+        h, w = grid
+        if h < 1 or w < 1:
+            raise ValueError(f"grid: expected (h, w) with h, w >= 1, got {grid!r}")
+        self.grid = (int(h), int(w))
+        self.codebook_size = codebook_size or vq.config.num_vq_embeddings
+        if target.get_output_embeddings().weight.shape[0] < self.codebook_size:
+            raise ValueError(f"target: its logits are narrower than the codebook ({self.codebook_size} codes)")
+        self.cfg_scale = cfg_scale
+        self.lantern_k = lantern_k
+        self._neighbours: dict[int, torch.Tensor] = {}
+        self._gsd_threshold: float | None = None
+
+    # -- model wiring ---------------------------------------------------------------------------------------
+    def guided(self, model, cfg_scale: float):
+        """``model`` with classifier-free guidance at ``cfg_scale`` (1: the model itself, no batch doubling)."""
+        return model if cfg_scale == 1.0 else ClassifierFreeGuidance(model, self.null_prompt, cfg_scale)
+
+    def neighbour_table(self, k: int) -> torch.Tensor:
+        if k not in self._neighbours:
+            self._neighbours[k] = build_neighbour_table(codebook_embeddings(self.vq), k, normalize=False)
+        return self._neighbours[k]
+
+    def gsd_threshold(self) -> float:
+        if self._gsd_threshold is None:
+            self._gsd_threshold = calibrate_distance_threshold(codebook_embeddings(self.vq))
+        return self._gsd_threshold
+
+    def prefix_ids(self, condition) -> torch.Tensor:
+        """User conditions -> prefix ids [B, P] (int64 on the target's device)."""
+        device = next(self.target.parameters()).device
+        if isinstance(condition, torch.Tensor):
+            if condition.dim() != 2 or condition.dtype != torch.long:
+                raise ValueError(f"condition: expected an int64 tensor [B, P] of prefix ids, got {condition.dtype} "
+                                 f"{tuple(condition.shape)}")  # fmt: skip
+            return condition.to(device)
+        items = list(condition) if isinstance(condition, (list, tuple)) else [condition]
+        if not items:
+            raise ValueError("condition: expected at least one condition, got an empty list")
+        if self.conditioner is None:
+            raise ValueError("conditioner: pass ImageARSpeculator(..., conditioner=fn) to use conditions that are not "
+                             "prefix id tensors")  # fmt: skip
+        rows = [list(self.conditioner(c)) for c in items]
+        if len({len(r) for r in rows}) != 1 or len(rows[0]) != len(self.null_prompt):
+            raise ValueError(f"conditioner: expected every prefix to have {len(self.null_prompt)} tokens (the null "
+                             f"prompt's length), got lengths {[len(r) for r in rows]}")  # fmt: skip
+        return torch.tensor(rows, dtype=torch.long, device=device)
+
+    # -- generation -----------------------------------------------------------------------------------------
+    def generate(self, condition, method: str = "sjd", *, cfg_scale: float | None = None, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, window: int = 16, num_draft_tokens: int = 4,
+                 init: str = "random", decode: bool = True, **verifier_params) -> ImageAROutput:  # fmt: skip
+        """Generate one image per condition with ``method`` (see :data:`IMAGE_AR_METHODS`).
+
+        ``verifier_params`` go to the method's verifier: ``delta`` / ``lam`` / ``neighbours_k`` (LANTERN), ``window``
+        is the Jacobi window — GSD's rank window is ``ranks``; ``reuse`` (SJD); ``prob_tol`` (GSD).
+        """
+        entry = IMAGE_AR_METHODS.get(method)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+        prefix = self.prefix_ids(condition)
+        if "ranks" in verifier_params:  # GSD's own "window" (ranks around x) vs the Jacobi window
+            verifier_params["window"] = verifier_params.pop("ranks")
+        cfg_scale = self.cfg_scale if cfg_scale is None else cfg_scale
+        ClassifierFreeGuidance(self.target, self.null_prompt, cfg_scale)  # validates cfg_scale
+        req = DecodeRequest(num_tokens=self.grid[0] * self.grid[1], sampling=SamplingParams(temperature, top_k, top_p),
+                            seed=seed, cfg_scale=float(cfg_scale), window=window, num_draft_tokens=num_draft_tokens,
+                            init=init, params=verifier_params)  # fmt: skip
+        out = entry.run(self, prefix, req)
+        codes = out.new_tokens  # [B, h*w]
+        if codes.shape[1] != req.num_tokens:
+            raise RuntimeError(f"method {method!r} produced {codes.shape[1]} codes, expected {req.num_tokens}")
+        images = to_pil(codes_to_images(self.vq, codes, self.grid)) if decode else []
+        return ImageAROutput(images, codes, out.stats, method, entry.lossless)
