@@ -9,6 +9,9 @@ past the end. The verifier comes from the registry: the Jacobi rules (``sjd``, `
 the next window themselves; any other chain verifier (``lantern``, ``gsd``, ``speculative``) is driven with SJD's
 re-initialisation (:func:`~mmspec.verifiers.jacobi.resample_window`).
 
+With ``drafter=`` the window comes from a drafter session each pass instead (per-row speculative decoding with a
+small model: the sessions implement ``accept_rows``); verify with a draft verifier (``speculative``, ``lantern``).
+
 Rows of a batch advance independently: each commits its own n + 1 tokens per pass (``ModelRunner.commit_rows``
 leaves the rejected entries in the cache as masked holes and squeezes them out from time to time), so a batch
 of images gets each image's own step compression. A row that has reached the end of the grid rides along
@@ -23,6 +26,7 @@ from typing import Any
 
 import torch
 
+from .drafters.base import DraftRequest, Drafter
 from .runner import ModelRunner, logits_width, text_config_of
 from .sampling import SamplingParams, process_logits, sample_tokens
 from .types import GenerationOutput, Proposal, RoundStats, SpecStats, TargetScores
@@ -63,10 +67,16 @@ class JacobiEngine:
     >>> out = JacobiEngine(model, JacobiConfig(num_tokens=64, verifier="mc-sjd")).generate(prefix_ids)
     """
 
-    def __init__(self, target, config: JacobiConfig | None = None, *, vocab_size: int | None = None):
+    def __init__(self, target, config: JacobiConfig | None = None, *, vocab_size: int | None = None,
+                 drafter: Drafter | None = None):  # fmt: skip
         self.target = target.eval()
         self.config = config or JacobiConfig()
         self.vocab_size = vocab_size or min(text_config_of(target).vocab_size, logits_width(target))
+        if drafter is not None:
+            if not isinstance(drafter, Drafter):
+                raise TypeError(f"drafter: expected an mmspec Drafter (e.g. ModelDrafter(model)) or None, got {type(drafter).__name__}")
+            drafter.check_compatible(target, self.vocab_size)
+        self.drafter = drafter
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
@@ -86,6 +96,9 @@ class JacobiEngine:
         keeps_window = getattr(cls, "keeps_window", False)
         params = {"init": cfg.init, **cfg.verifier_params} if keeps_window else dict(cfg.verifier_params)
         verifier = make_verifier(cfg.verifier, **params)
+        if self.drafter is not None and keeps_window:
+            raise ValueError(f"verifier: {cfg.verifier!r} verifies Jacobi windows; with a drafter use a draft verifier "
+                             "(speculative, lantern, gsd, ...)")  # fmt: skip
         stats = SpecStats()
         t_start = time.perf_counter()
 
@@ -104,6 +117,14 @@ class JacobiEngine:
         codes = torch.zeros(b, big_t + big_k + 2, dtype=torch.long, device=device)  # [B, T + slack] committed codes
         codes[:, 0] = x_t
         window, window_q = initial_window(cfg.init, x_t, big_k, self.vocab_size, generator)  # [B, K], [B, K, V]
+        session = None
+        if self.drafter is not None:  # drafts come from a drafter model instead of the previous pass
+            t_draft = time.perf_counter()
+            session = self.drafter.start(DraftRequest(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids) if attention_mask is None else attention_mask,
+                model_kwargs=model_kwargs, sampling=cfg.sampling, vocab_size=self.vocab_size,
+                need_probs=verifier.needs_probs and not cfg.sampling.greedy, target_runner=target))  # fmt: skip
+            stats.draft_prefill_seconds = time.perf_counter() - t_draft
         stats.prefill_seconds = time.perf_counter() - t_start
 
         while bool((t < big_t - 1).any()):
@@ -112,7 +133,12 @@ class JacobiEngine:
             row_forwards += active.long()
             room = (big_t - 1 - t).clamp_min(0)  # [B] drafts that still fit before the end
             k = min(big_k, int(room.max()))
-            d, q = window[:, :k], window_q[:, :k]  # [B, k], [B, k, V]
+            t0 = time.perf_counter()
+            if session is None:
+                d, q = window[:, :k], window_q[:, :k]  # [B, k], [B, k, V]
+            else:
+                drafted = session.propose(x_t, k, generator)
+                d, q = drafted.tokens, drafted.probs  # [B, k], [B, k, V] | None
             slots = torch.arange(k + 1, device=device)  # [k+1]
             t1 = time.perf_counter()
 
@@ -136,16 +162,19 @@ class JacobiEngine:
 
             # next window: the verifier's own (Jacobi rules: already shifted by each row's n) or SJD's
             # re-initialisation from this pass's p
-            if keeps_window:
+            if session is not None:
+                session.accept_rows(n)
+            elif keeps_window:
                 window, window_q = verdict.extras["next_tokens_window"], verdict.extras["next_probs_window"]
             else:
                 window, window_q = resample_window(p, n, cfg.init, generator)
             committed = (torch.minimum(n + 1, room)[active]).double().mean().item()  # tokens per active row
-            stats.rounds.append(RoundStats(k, verdict.num_accepted[active].tolist(), committed, 0, 0.0,
+            stats.rounds.append(RoundStats(k, verdict.num_accepted[active].tolist(), committed, 0, t1 - t0,
                                            time.perf_counter() - t1))  # fmt: skip
 
         tokens = codes[:, :big_t]  # [B, T]
         stats.target_forwards = target.forwards
+        stats.draft_forwards = 0 if session is None else session.forwards
         stats.row_forwards = row_forwards.tolist()
         stats.new_tokens = tokens.shape[1]
         stats.total_seconds = time.perf_counter() - t_start

@@ -120,6 +120,7 @@ class ModelRunner:
         self.pending = 0  # tentative tokens in the cache, not yet committed
         self.parents: list[int] = []  # per tentative token: parent among tentative tokens, -1 = context
         self.depth: list[int] = []  # per tentative token: depth below the context (0 = next position)
+        self.tentative_valid: torch.Tensor | None = None  # [B, pending] bool, None = no holes among tentative tokens
         self.forwards = 0
 
     # -- positions -------------------------------------------------------------------------------------------
@@ -140,6 +141,9 @@ class ModelRunner:
             return pos
         pos = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
         return pos[None].expand(3, -1, -1) if self.mrope else pos
+
+    def _reset_tentative(self) -> None:
+        self.pending, self.parents, self.depth, self.tentative_valid = 0, [], [], None
 
     def _positions(self, depth: list[int]) -> torch.Tensor:
         pos = self.next_pos[:, None] + torch.tensor(depth, device=self.device)  # [B, L]
@@ -178,7 +182,7 @@ class ModelRunner:
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
         self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
-        self.pending = 0
+        self._reset_tentative()
         logits = self._forward(input_ids, attention_mask if self.padded else None, position_ids, logits_to_keep=1,
                                **model_kwargs)  # fmt: skip
         self.forwards += 1
@@ -208,7 +212,7 @@ class ModelRunner:
             self.cache.update(keys, values, i)
         self.mask = other.mask.clone() if index is None else other.mask.gather(1, index[0])
         self.padded, self.next_pos = bool((self.mask == 0).any()), other.next_pos.clone()
-        self.pending, self.parents, self.depth = 0, [], []
+        self._reset_tentative()
 
     def append_from(self, other: "ModelRunner", start: int) -> None:
         """Append ``other``'s committed entries from cache position ``start`` on (dense KV of tokens the other runner
@@ -234,7 +238,7 @@ class ModelRunner:
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
         self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
-        self.pending, self.parents, self.depth = 0, [], []
+        self._reset_tentative()
         out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
         self.forwards += 1
@@ -242,7 +246,7 @@ class ModelRunner:
 
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None,
-               reuse: "LayerReuse | None" = None) -> torch.Tensor:  # fmt: skip
+               reuse: "LayerReuse | None" = None, valid: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Append ``tokens [B, L]`` tentatively; returns their logits [B, L, V].
 
         ``parents``: per new token, the index of its parent among all tentative tokens (-1 = the committed context);
@@ -250,8 +254,29 @@ class ModelRunner:
         ``reuse``: layers below ``reuse.layer`` already hold these tokens' KV in this runner's cache (written by an
         early-exit draft sharing it) and ``reuse.hidden`` is their input to that layer: only the layers from
         ``reuse.layer`` up run (self-speculative verification that reuses the draft layers' KV).
+        ``valid [B, L]`` (chains only): False marks a hole — a filler token no one attends to and that takes no
+        position (rows feeding different numbers of tokens in one call, e.g. a per-row carried token).
         """
         b, length = tokens.shape
+        if valid is not None or self.tentative_valid is not None:
+            if parents is not None or reuse is not None:
+                raise ValueError("valid: holes are supported in chains without layer reuse only")
+            valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.to(self.device).bool()
+            before = self.tentative_valid
+            if before is None:
+                before = torch.ones(b, self.pending, dtype=torch.bool, device=self.device)
+            self.tentative_valid = torch.cat([before, valid], dim=1)  # [B, pending + L]
+            offsets = self.tentative_valid.long().cumsum(1)[:, -length:] - 1  # [B, L] position offsets of the new tokens
+            self.parents += [self.pending + i - 1 for i in range(length)]
+            self.depth += list(range(self.pending, self.pending + length))
+            self.pending += length
+            self.mask = torch.cat([self.mask, valid.long()], dim=1)
+            self.padded = self.padded or not bool(valid.all())
+            pos = (self.next_pos[:, None] + offsets.clamp_min(0))  # [B, L]
+            pos = pos[None].expand(3, -1, -1) if self.mrope else pos
+            logits = self._forward(tokens, self.mask if self.padded else None, pos)
+            self.forwards += 1
+            return logits[..., : self.vocab_size]
         if parents is None:
             parents = [self.pending + i - 1 for i in range(length)]
         if len(parents) != length or any(not -1 <= p < self.pending + i for i, p in enumerate(parents)):
@@ -323,6 +348,8 @@ class ModelRunner:
         ``keep`` an int: the first ``keep`` tentative tokens (a chain prefix). A tensor [B, n]: per row, the
         indices of a root-to-node path among the tentative tokens, gathered into contiguous positions.
         """
+        if isinstance(keep, int) and self.tentative_valid is not None:  # a chain with holes: kept holes stay masked
+            return self.commit_rows(torch.full((self.mask.shape[0],), keep, dtype=torch.long, device=self.device))
         if isinstance(keep, int):
             if not 0 <= keep <= self.pending or not all(p == i - 1 for i, p in enumerate(self.parents[:keep])):
                 raise ValueError(f"keep: expected a chain prefix length in 0..{self.pending}, got {keep}")
@@ -342,7 +369,7 @@ class ModelRunner:
             self.features = t[:, :n] if isinstance(keep, int) else t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1]))
         self.mask = self.mask[:, : self.length - self.pending + n]
         self.next_pos = self.next_pos + n
-        self.pending, self.parents, self.depth = 0, [], []
+        self._reset_tentative()
 
     def commit_rows(self, keep: torch.Tensor) -> None:
         """Commit a different prefix of a tentative chain on every row: ``keep [B]`` tokens, 0..pending.
@@ -356,10 +383,12 @@ class ModelRunner:
         if keep.shape != (self.mask.shape[0],) or bool((keep < 0).any()) or bool((keep > self.pending).any()):
             raise ValueError(f"keep: expected [B] counts in 0..{self.pending}, got {keep.tolist()}")
         block = torch.arange(self.pending, device=self.device)[None, :] < keep[:, None]  # [B, L] kept entries
+        if self.tentative_valid is not None:
+            block = block & self.tentative_valid  # holes stay holes
         self.mask = torch.cat([self.mask[:, : self.length - self.pending], block.long()], dim=1)
-        self.next_pos = self.next_pos + keep
+        self.next_pos = self.next_pos + block.long().sum(1)
         self.padded = self.padded or bool((~block).any())
-        self.pending, self.parents, self.depth = 0, [], []
+        self._reset_tentative()
         if self.length - int(self.mask.sum(1).min()) > max(64, self.length // 2):
             self.compact_holes()
 

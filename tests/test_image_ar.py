@@ -102,10 +102,7 @@ SAMPLING = SamplingParams(temperature=0.9, top_k=3)  # exercises guidance -> tem
 
 
 def law_pvalue(method: str, grid=(2, 2), rows_per_call: int = ROWS, **kw) -> tuple[float, float]:
-    """Sample ROWS images in calls of ``rows_per_call`` rows -> (chi-square p vs the exact joint, step compression).
-
-    The drafter engine commits the smallest accepted prefix of a batch, so its cases use small batches (otherwise
-    almost every round would commit one token and acceptance would go untested)."""
+    """Sample ROWS images in calls of ``rows_per_call`` rows -> (chi-square p vs the exact joint, step compression)."""
     spec = speculator(grid=grid, cfg_scale=2.0)
     prefix = torch.tensor([[COND[0], COND[1]]]).expand(rows_per_call, -1).contiguous()
     codes, tokens, forwards = [], 0, 0
@@ -128,8 +125,8 @@ LAW_CASES = {
     "gumbel-sjd": ("gumbel-sjd", {"window": 2}),
     "lantern-jacobi-delta0": ("lantern-jacobi", {"window": 2, "delta": 0.0}),
     "gsd-group1": ("gsd", {"window": 2, "ranks": 0}),
-    "speculative": ("speculative", {"num_draft_tokens": 2, "rows_per_call": 16}),
-    "lantern-delta0": ("lantern", {"num_draft_tokens": 2, "delta": 0.0, "rows_per_call": 16}),
+    "speculative": ("speculative", {"num_draft_tokens": 2}),
+    "lantern-delta0": ("lantern", {"num_draft_tokens": 2, "delta": 0.0}),
 }
 
 

@@ -196,3 +196,36 @@ def test_commit_rows_rejects_bad_counts(llama_pair):
     runner.extend(torch.tensor([[5, 6], [7, 8]]))
     with pytest.raises(ValueError, match="keep"):
         runner.commit_rows(torch.tensor([3, 0]))
+
+
+def test_model_draft_session_per_row_accepts_match_recompute():
+    """A drafter session whose rows accept different counts each round (holes, carried last drafts) proposes from
+    exactly the state a cache-free run on each row's committed sequence gives."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mmspec.drafters.base import DraftRequest
+    from mmspec.drafters.model import ModelDrafter
+    from mmspec.sampling import SamplingParams, process_logits
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    sampling = SamplingParams(temperature=1.0)
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8], [9, 10, 11]])
+    session = ModelDrafter(model).start(DraftRequest(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                                                     sampling=sampling, vocab_size=16, need_probs=True))  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    seqs = [r.tolist() for r in prompt]
+    pending = torch.tensor([1, 2, 3])
+    for n in ([0, 3, 1], [3, 3, 0], [2, 0, 3], [1, 3, 3]):  # k = 3 drafts per round
+        proposal = session.propose(pending, 3, g)
+        session.accept_rows(torch.tensor(n))
+        for r in range(3):  # committed: the pending token and the accepted drafts; then a correction / bonus
+            seqs[r] += [int(pending[r])] + proposal.tokens[r, : n[r]].tolist()
+        pending = torch.randint(16, (3,), generator=g)
+    probe = session.propose(pending, 1, g).probs[:, 0]  # [B, V]
+    for r in range(3):
+        with torch.no_grad():
+            ref = process_logits(model(torch.tensor([seqs[r] + [int(pending[r])]])).logits[0, -1, :16], sampling)
+        torch.testing.assert_close(probe[r], ref, atol=1e-5, rtol=1e-4)

@@ -3,7 +3,8 @@
 A :class:`Drafter` holds what is fixed (models, options). ``start(request)`` opens a per-generation
 :class:`DraftSession` that owns all mutable state (its own cache, history, carry-over tokens), so nothing is
 stored on the models. Each round the engine calls ``session.propose(pending, k)`` and then
-``session.accept(num_accepted, emitted)`` so the session can roll back its cache.
+``session.accept(num_accepted, emitted)`` so the session can roll back its cache (``accept_rows(num_accepted)``
+when rows advance independently).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ class DraftSession:
         ``path [B, num_accepted]``: for a tree proposal, the accepted nodes' indices (root first).
         """
         raise NotImplementedError  # abstract
+
+    def accept_rows(self, num_accepted: torch.Tensor) -> None:
+        """Rows advance independently: row b committed its first ``num_accepted[b]`` drafts plus one more token
+        (correction or bonus). Used by loops that commit per row (:class:`mmspec.jacobi.JacobiEngine`)."""
+        raise ValueError(f"drafter: {type(self).__name__} commits all rows in lock-step only; per-row loops (image AR) "
+                         "need a drafter whose session implements accept_rows (e.g. ModelDrafter)")  # fmt: skip
 
 
 class Drafter:

@@ -22,7 +22,9 @@ class ModelDraftSession(DraftSession):
             kwargs = {}
         self.runner.prefill(ids.to(self.runner.device), mask.to(self.runner.device), **kwargs)
         self.carry = ids.new_zeros((ids.shape[0], 0))  # [B, c] committed tokens not yet fed to the drafter
+        self.carry_valid: torch.Tensor | None = None  # [B, c] bool when rows carry different counts (per-row loops)
         self._feed = self.carry  # [B, c+1] what this round fed before drafting
+        self._drafts = self.carry  # [B, k] this round's drafts
         self._k = 0
 
     @property
@@ -35,8 +37,9 @@ class ModelDraftSession(DraftSession):
         if k == 0:
             self._k = 0
             return Proposal(tokens=pending.new_zeros((pending.shape[0], 0)))
+        valid = None if self.carry_valid is None else torch.cat([self.carry_valid, torch.ones_like(pending[:, None], dtype=torch.bool)], 1)
         for i in range(k):
-            logits = self.runner.extend(feed)[:, -1]  # [B, V]
+            logits = self.runner.extend(feed, valid=valid if i == 0 else None)[:, -1]  # [B, V]
             if self.sampling.greedy:
                 x = logits.argmax(-1)
                 top = torch.softmax(logits.float(), -1).amax(-1) if stop_below is not None else None
@@ -51,7 +54,8 @@ class ModelDraftSession(DraftSession):
             if i + 1 < k and stop_below is not None and bool((top < stop_below).all()):
                 break
         self._k = len(tokens)
-        return Proposal(tokens=torch.stack(tokens, 1), probs=torch.stack(probs, 1) if probs else None)
+        self._drafts = torch.stack(tokens, 1)  # [B, k]
+        return Proposal(tokens=self._drafts, probs=torch.stack(probs, 1) if probs else None)
 
     def propose_tree(self, pending, tree: TreeSpec, generator=None) -> Proposal:
         """Expand ``tree`` level by level: each node's children are the top-b tokens of the drafter's distribution
@@ -84,6 +88,20 @@ class ModelDraftSession(DraftSession):
             ctx = torch.arange(width, device=path.device).expand(path.shape[0], width)
             self.runner.commit(torch.cat([ctx, width + path[:, :fed_drafts]], dim=1))
         self.carry = emitted[:, self._k - 1 : self._k] if num_accepted == self._k else emitted[:, :0]
+
+
+    def accept_rows(self, num_accepted: torch.Tensor) -> None:
+        """Per-row commit: keep the fed context and d_1..d_min(n, k-1) of each row; a row that accepted all k drafts
+        carries d_k (never fed) into the next round, the others carry a hole."""
+        if self._k == 0:
+            raise ValueError("accept_rows: no drafts were proposed this round")
+        n = num_accepted.to(self._drafts.device)
+        self.runner.commit_rows(self._feed.shape[1] + n.clamp_max(self._k - 1))
+        all_in = n >= self._k  # [B]
+        if bool(all_in.any()):
+            self.carry, self.carry_valid = self._drafts[:, -1:], all_in[:, None]
+        else:
+            self.carry, self.carry_valid = self._drafts[:, :0], None
 
 
 @DRAFTERS.register("model")

@@ -19,8 +19,8 @@ method              loop + verifier                                             
 ``gumbel-sjd``      Jacobi + ``gumbel-sjd`` (fixed Gumbel noise per position)       yes
 ``lantern-jacobi``  Jacobi + ``lantern`` (δ or λ mode, codebook neighbours)         no
 ``gsd``             Jacobi + ``gsd`` (grouped acceptance, codebook distances)       no
-``speculative``     :class:`~mmspec.engine.SpeculativeEngine` + small AR drafter    yes
-``lantern``         engine + small AR drafter + ``lantern``                         no
+``speculative``     the same loop, drafts from a small AR drafter + ``speculative``  yes
+``lantern``         small AR drafter + ``lantern``                                  no
 ==================  =============================================================  ========
 
 Python API::
@@ -41,9 +41,7 @@ import torch
 from PIL import Image
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..config import SpecConfig
 from ..drafters.model import ModelDrafter
-from ..engine import SpeculativeEngine
 from ..jacobi import JacobiConfig, JacobiEngine
 from ..registry import Registry
 from ..runner import ModelRunner
@@ -249,10 +247,10 @@ def _with_drafter(verifier: str, param_builder: Callable | None = None):
         if param_builder is not None:
             params = param_builder(spec, params)
         s = req.sampling
-        cfg = SpecConfig(num_draft_tokens=req.num_draft_tokens, verifier=verifier, verifier_params=params,
-                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=req.num_tokens)  # fmt: skip
-        engine = SpeculativeEngine(spec.guided(spec.target, req.cfg_scale), ModelDrafter(spec.guided(spec.drafter, req.cfg_scale)), cfg,
-                                   vocab_size=spec.codebook_size)  # fmt: skip
+        cfg = JacobiConfig(num_tokens=req.num_tokens, window=req.num_draft_tokens, verifier=verifier, verifier_params=params,
+                           temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)  # fmt: skip
+        drafter = ModelDrafter(spec.guided(spec.drafter, req.cfg_scale))
+        engine = JacobiEngine(spec.guided(spec.target, req.cfg_scale), cfg, vocab_size=spec.codebook_size, drafter=drafter)
         return engine.generate(prefix, generator=_generator(req.seed, prefix.device))
 
     return run
