@@ -28,6 +28,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
 	$(VPY) -m mmspec.cli bench video --json bench-video.json --plot docs/bench-video.png
+	$(VPY) -m mmspec.cli bench image-ar --json bench-image-ar.json --plot docs/bench-image-ar-sweep.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="out/image_ar.png")
     parser.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS), help="comma-separated captions")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cfg-scale", type=float, default=3.0)
+    parser.add_argument("--cfg-scale", type=float, default=2.0)
     args = parser.parse_args(argv)
 
     models = zoo.load("shapes-t2i")

@@ -37,6 +37,7 @@ class ImageARRow:
     images_per_s: float
     seconds_median: float
     speedup_vs_ar: float
+    speedup_vs_hf: float
     condition_accuracy: float
     frechet_distance: float
     within_spread: bool | None = None  # both quality figures within the plain-AR run-to-run spread
@@ -49,8 +50,7 @@ def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
 
     mu_a, mu_b = a.mean(0), b.mean(0)
     cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    covmean, _ = linalg.sqrtm(cov_a @ cov_b, disp=False)
-    covmean = covmean.real
+    covmean = np.real(linalg.sqrtm(cov_a @ cov_b))
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * covmean))
 
 
@@ -69,10 +69,14 @@ class Judge:
         return labels, feats.float().numpy()
 
 
-def bench_conditions(per_class: int) -> list[int]:
+def bench_conditions(per_class: int, classes: int | None = None) -> list[int]:
+    """Condition labels: each of the first ``classes`` (default all 108) ``per_class`` times."""
     from .zoo.shapes_t2i import NUM_CLASSES
 
-    return [label for _ in range(per_class) for label in range(NUM_CLASSES)]
+    classes = NUM_CLASSES if classes is None else classes
+    if not 1 <= classes <= NUM_CLASSES:
+        raise ValueError(f"classes: expected an int in [1, {NUM_CLASSES}], got {classes!r}")
+    return [label for _ in range(per_class) for label in range(classes)]
 
 
 def real_features(judge: Judge, labels: list[int], seed_offset: int = 0) -> np.ndarray:
@@ -87,39 +91,61 @@ def real_features(judge: Judge, labels: list[int], seed_offset: int = 0) -> np.n
     return np.concatenate(feats)
 
 
-def image_ar_methods(spec, *, window: int = 16, deltas=(0.05, 0.1, 0.2, 0.4), gsd_tols=(0.05, 0.15, 0.3),
-                     plain_runs: int = 3, num_draft_tokens: int = 4) -> list[tuple[str, str, dict]]:  # fmt: skip
-    """(row name, registered method, generate() keyword arguments) for every benchmarked configuration."""
+@torch.no_grad()
+def hf_generate(spec, prefix: torch.Tensor, *, cfg_scale: float, temperature: float = 1.0, seed: int = 0) -> torch.Tensor:
+    """The peer a user would otherwise reach for: Hugging Face ``generate`` sampling the same target with
+    classifier-free guidance (``guidance_scale`` + ``negative_prompt_ids`` = the null prefix: HF runs the null
+    condition as a second cached model call per step and guides on log-probabilities, which is the same
+    distribution as guiding logits), non-code tokens suppressed. -> codes [B, h*w]."""
+    b, p = prefix.shape
+    t = spec.grid[0] * spec.grid[1]
+    vocab = spec.target.get_output_embeddings().weight.shape[0]
+    torch.manual_seed(seed)  # HF sampling draws from the global generator
+    null = torch.tensor(spec.null_prompt, device=prefix.device).expand(b, -1)
+    out = spec.target.generate(prefix, attention_mask=torch.ones_like(prefix), do_sample=True, temperature=temperature,
+                               top_k=0, top_p=1.0, max_new_tokens=t, min_new_tokens=t, guidance_scale=cfg_scale,
+                               negative_prompt_ids=null, suppress_tokens=list(range(spec.codebook_size, vocab)),
+                               eos_token_id=None, pad_token_id=spec.null_prompt[0])  # fmt: skip
+    return out[:, p:]
+
+
+def image_ar_methods(spec, *, window: int = 32, init: str = "repeat", deltas=(0.1, 0.2, 0.4, 0.8),
+                     gsd_tols=(0.05, 0.15, 0.3, 0.6), plain_runs: int = 3, num_draft_tokens: int = 4) -> list[tuple[str, str, dict]]:  # fmt: skip
+    """(row name, registered method, generate() keyword arguments) for every benchmarked configuration. Jacobi rows
+    use ``window`` slots and ``init`` for fresh slots (the SJD/MC-SJD rows also show the other init)."""
+    other = "random" if init == "repeat" else "repeat"
+    jw = {"window": window, "init": init}
     rows = [(f"plain (run {i + 1})" if i else "plain", "plain", {"seed_offset": 1000 * i}) for i in range(plain_runs)]
     rows += [
-        (f"sjd W={window}", "sjd", {"window": window}),
-        (f"sjd W={window} repeat-init", "sjd", {"window": window, "init": "repeat"}),
-        (f"sjd W={window} reuse>=0.5 (SJD++)", "sjd", {"window": window, "reuse": 0.5}),
-        (f"mc-sjd W={window}", "mc-sjd", {"window": window}),
-        (f"mc-sjd W={window} repeat-init", "mc-sjd", {"window": window, "init": "repeat"}),
-        (f"gumbel-sjd W={window}", "gumbel-sjd", {"window": window}),
+        (f"sjd W={window} {init}-init", "sjd", jw),
+        (f"sjd W={window} {other}-init", "sjd", {**jw, "init": other}),
+        (f"sjd W={window} {init}-init reuse>=0.5 (SJD++)", "sjd", {**jw, "reuse": 0.5}),
+        (f"mc-sjd W={window} {init}-init", "mc-sjd", jw),
+        (f"mc-sjd W={window} {other}-init", "mc-sjd", {**jw, "init": other}),
+        (f"gumbel-sjd W={window} {init}-init", "gumbel-sjd", jw),
     ]
     if spec.drafter is not None:
         rows.append((f"speculative K={num_draft_tokens} (AR drafter)", "speculative", {"num_draft_tokens": num_draft_tokens}))
         rows += [(f"lantern δ={d} (AR drafter)", "lantern", {"num_draft_tokens": num_draft_tokens, "delta": d}) for d in deltas]
-    rows += [(f"lantern-jacobi δ={d}", "lantern-jacobi", {"window": window, "delta": d}) for d in deltas]
-    rows += [(f"lantern-jacobi λ={lam}", "lantern-jacobi", {"window": window, "lam": lam}) for lam in (2.0,)]
-    rows += [(f"gsd tol={t}", "gsd", {"window": window, "prob_tol": t}) for t in gsd_tols]
+    rows += [(f"lantern-jacobi δ={d}", "lantern-jacobi", {**jw, "delta": d}) for d in deltas]
+    rows += [(f"lantern-jacobi λ={lam}", "lantern-jacobi", {**jw, "lam": lam}) for lam in (2.0, 4.0)]
+    rows += [(f"gsd tol={t}", "gsd", {**jw, "prob_tol": t}) for t in gsd_tols]
     return rows
 
 
-def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3, cfg_scale: float = 3.0,
-                   window: int = 16, only: list[str] | None = None, progress: bool = True) -> tuple[list[ImageARRow], dict]:  # fmt: skip
+def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3, cfg_scale: float = 2.0,
+                   window: int = 32, only: list[str] | None = None, plain_runs: int = 3, classes: int | None = None,
+                   progress: bool = True) -> tuple[list[ImageARRow], dict]:  # fmt: skip
     """Run the benchmark on a :class:`~mmspec.zoo.ShapesT2I` entry -> (rows, meta)."""
     from .modalities.image_ar import IMAGE_AR_METHODS, codes_to_images
 
     spec = models.speculator(cfg_scale=cfg_scale)
     judge = Judge(models.judge)
-    labels = bench_conditions(per_class)
+    labels = bench_conditions(per_class, classes)
     batches = [labels[i : i + batch] for i in range(0, len(labels), batch)]
-    configs = image_ar_methods(spec, window=window)
+    configs = image_ar_methods(spec, window=window, plain_runs=plain_runs)
     if only:
-        configs = [c for c in configs if c[0] == "plain" or any(o in c[0] for o in only)]
+        configs = [c for c in configs if c[1] == "plain" or any(o in c[0] for o in only)]
 
     def make_run(method: str, kw: dict):
         kw = dict(kw)
@@ -134,6 +160,12 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
 
     methods = [Method(name, "ar" if m == "plain" else "mmspec", m, IMAGE_AR_METHODS.get(m).lossless, make_run(m, kw), kw)
                for name, m, kw in configs]  # fmt: skip
+
+    def run_hf(x: dict) -> RunResult:
+        codes = hf_generate(spec, spec.prefix_ids(x["labels"]), cfg_scale=cfg_scale, seed=x["seed"])
+        return RunResult(codes, codes.numel(), codes.numel(), batch_forwards=codes.shape[1])
+
+    methods.insert(plain_runs, Method("HF generate (CFG, sampling)", "hf", "none", True, run_hf, {}))
     inputs = [{"labels": b, "seed": 17 + i} for i, b in enumerate(batches)]
     seconds, results, _ = run_interleaved(methods, inputs, reps, progress=progress)
 
@@ -149,10 +181,11 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
             feats.append(f)
         acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
         quality[m.name] = (acc, frechet_distance(np.concatenate(feats), real))
-    plain_names = [m.name for m in methods if m.family == "ar"]
+    plain_names = [m.name for m in methods if m.family == "ar"]  # the plain runs (different seeds)
     n_images = len(labels)
     ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
     ref_ips = statistics.median([ips[n] for n in plain_names])
+    hf_ips = ips["HF generate (CFG, sampling)"]
     acc_p = [quality[n][0] for n in plain_names]
     fd_p = [quality[n][1] for n in plain_names]
 
@@ -170,7 +203,7 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
             step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
             batch_step_compression=round(tokens / max(1, sum(r.batch_forwards * r.new_tokens.shape[0] for r in rs)), 3),
             images_per_s=round(ips[m.name], 2), seconds_median=round(statistics.median(seconds[m.name]), 3),
-            speedup_vs_ar=round(ips[m.name] / ref_ips, 3), condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
+            speedup_vs_ar=round(ips[m.name] / ref_ips, 3), speedup_vs_hf=round(ips[m.name] / hf_ips, 3), condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
             within_spread=None if ok is None else bool(ok and within(fd, fd_p)),
         ))  # fmt: skip
     floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
@@ -181,12 +214,12 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
 
 
 def image_ar_table(rows: list[ImageARRow]) -> str:
-    lines = ["| method | lossless | step compression (per image) | per batch | images/s | wall speedup vs plain | "
-             "condition accuracy | Fréchet distance | quality within plain spread |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| method | lossless | step compression (per image) | per batch | images/s | wall speedup vs plain | vs HF generate | "
+             "condition accuracy | Fréchet distance | quality within plain spread |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        spread = "—" if r.within_spread is None or r.family == "ar" else ("yes" if r.within_spread else "no")
+        spread = "—" if r.within_spread is None or r.family != "mmspec" else ("yes" if r.within_spread else "no")
         lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.step_compression:.2f} | {r.batch_step_compression:.2f} | "
-                     f"{r.images_per_s:.1f} | {r.speedup_vs_ar:.2f}x | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
+                     f"{r.images_per_s:.1f} | {r.speedup_vs_ar:.2f}x | {r.speedup_vs_hf:.2f}x | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
                      f"{spread} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -206,26 +239,31 @@ def save_sweep_plot(rows: list[ImageARRow], path, meta: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), layout="constrained")
     families = {"lantern-jacobi δ": "LANTERN (Jacobi drafts), δ sweep", "lantern δ": "LANTERN (AR drafter), δ sweep",
                 "gsd tol": "GSD, tolerance sweep"}  # fmt: skip
-    for ax, (key, label) in zip(axes, [("frechet_distance", "Fréchet distance (judge features, lower is better)"),
-                                        ("condition_accuracy", "condition accuracy (higher is better)")]):  # fmt: skip
-        for prefix, name in families.items():
-            pts = [r for r in rows if r.method.startswith(prefix)]
-            if pts:
-                ax.plot([r.speedup_vs_ar for r in pts], [getattr(r, key) for r in pts], "o-", label=name)
-                for r in pts:
-                    ax.annotate(r.method.split()[-1] if "drafter" not in r.method else r.method.split()[1],
-                                (r.speedup_vs_ar, getattr(r, key)), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        exact = [r for r in rows if r.lossless]
-        ax.scatter([r.speedup_vs_ar for r in exact], [getattr(r, key) for r in exact], marker="s", color="grey",
-                   label="lossless methods (plain runs, SJD family, speculative)")  # fmt: skip
-        plain = [getattr(r, key) for r in rows if r.family == "ar"]
-        ax.axhspan(min(plain), max(plain), color="grey", alpha=0.15, label="plain AR run-to-run range")
-        ax.set_xlabel("wall-clock speedup vs plain AR")
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=7)
+    speeds = [("step_compression", "step compression (image tokens per target call)"),
+              ("speedup_vs_ar", "wall-clock speedup vs plain AR")]  # fmt: skip
+    metrics = [("frechet_distance", "Fréchet distance (judge features, lower is better)"),
+               ("condition_accuracy", "condition accuracy (higher is better)")]  # fmt: skip
+    for row, (sx, sx_label) in enumerate(speeds):
+        for col, (key, label) in enumerate(metrics):
+            ax = axes[row, col]
+            for prefix, name in families.items():
+                pts = [r for r in rows if r.method.startswith(prefix)]
+                if pts:
+                    ax.plot([getattr(r, sx) for r in pts], [getattr(r, key) for r in pts], "o-", label=name)
+                    for r in pts:
+                        ax.annotate(r.method.split()[1], (getattr(r, sx), getattr(r, key)), fontsize=7, xytext=(3, 3),
+                                    textcoords="offset points")  # fmt: skip
+            exact = [r for r in rows if r.lossless]
+            ax.scatter([getattr(r, sx) for r in exact], [getattr(r, key) for r in exact], marker="s", color="grey",
+                       label="lossless methods (plain runs, HF, SJD family, speculative)")  # fmt: skip
+            plain = [getattr(r, key) for r in rows if r.family == "ar"]
+            ax.axhspan(min(plain), max(plain), color="grey", alpha=0.15, label="plain AR run-to-run range")
+            ax.set_xlabel(sx_label)
+            ax.set_ylabel(label)
+    axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"shapes-t2i, temperature 1, CFG {meta.get('cfg_scale')}: relaxed acceptance trades quality for speed", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -90,8 +90,8 @@ def bench_image_ar(args) -> None:
     models = zoo.ZOO.get("shapes-t2i").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-t2i")
     only = args.only.split(",") if args.only else None
     rows, meta = run(models, per_class=args.per_class, batch=args.batch, reps=args.reps, cfg_scale=args.cfg_scale,
-                     window=args.window, only=only)  # fmt: skip
-    print(f"\nmmspec bench image-ar — shapes-t2i, {meta['images']} images (108 conditions), batch {meta['batch']}, "
+                     window=args.window, only=only, classes=args.classes)  # fmt: skip
+    print(f"\nmmspec bench image-ar — shapes-t2i, {meta['images']} images, batch {meta['batch']}, "
           f"temperature 1, CFG {meta['cfg_scale']}, {meta['reps']} interleaved reps; {meta['machine']}\n")  # fmt: skip
     print(image_ar_table(rows))
     print(f"\nplain-AR runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
@@ -163,10 +163,11 @@ def main(argv=None) -> None:
     vv.set_defaults(func=bench_video)
     ia = b.add_parser("image-ar", help="shapes-t2i: plain AR vs SJD / MC-SJD / LANTERN / GSD (speed and quality)")
     ia.add_argument("--per-class", type=int, default=4, help="images per condition (108 conditions)")
+    ia.add_argument("--classes", type=int, default=None, help="use only the first N conditions (default: all 108)")
     ia.add_argument("--batch", type=int, default=54, help="images generated per call")
     ia.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (after one warm-up)")
-    ia.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance scale")
-    ia.add_argument("--window", type=int, default=16, help="Jacobi window (draft slots)")
+    ia.add_argument("--cfg-scale", type=float, default=2.0, help="classifier-free guidance scale (2.0: the best plain-AR quality on shapes-t2i)")
+    ia.add_argument("--window", type=int, default=32, help="Jacobi window (draft slots)")
     ia.add_argument("--only", default=None, help="run only rows whose name contains one of these (comma-separated)")
     ia.add_argument("--zoo-path", default=None, help="load the shapes-t2i models from here (default: bundled)")
     ia.add_argument("--json", default=None, help="write the rows as JSON here")

@@ -51,3 +51,22 @@ def test_bench_video_cost_breakdowns(capsys):
     assert "LM prefill, compressed" in out and "prompt tokens, compressed: 21" in out
     main(["bench", "video", "--std-scaling", "64,128"])
     assert "| 128 |" in capsys.readouterr().out
+
+
+def test_bench_image_ar_cli_on_bundled_models(tmp_path, capsys):
+    """`mmspec bench image-ar` on the bundled shapes-t2i models (a smoke run: 24 images, one repetition, a few
+    methods): rows with step compression, wall speedup, judge accuracy and Fréchet distance; the plot is written."""
+    out, plot = tmp_path / "image_ar.json", tmp_path / "sweep.png"
+    main(["bench", "image-ar", "--classes", "12", "--per-class", "2", "--batch", "12", "--reps", "1",
+          "--only", "mc-sjd W=32 repeat-init,lantern-jacobi δ=0.2", "--json", str(out), "--plot", str(plot)])  # fmt: skip
+    assert "| step compression (per image) |" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    mc = rows["mc-sjd W=32 repeat-init"]
+    assert {"plain", "plain (run 2)", "plain (run 3)", "HF generate (CFG, sampling)", "lantern-jacobi δ=0.2"} <= set(rows)
+    assert rows["plain"]["step_compression"] == 1.0 and rows["plain"]["lossless"]
+    assert mc["step_compression"] > 1.5 and mc["lossless"]
+    assert not rows["lantern-jacobi δ=0.2"]["lossless"]
+    assert rows["plain"]["condition_accuracy"] > 0.5  # the trained target draws what it is asked for
+    assert all(r["frechet_distance"] >= 0 for r in rows.values())
+    assert plot.stat().st_size > 1000 and data["meta"]["images"] == 24

@@ -8,7 +8,6 @@ import itertools
 import pytest
 import torch
 from diffusers import VQModel
-from scipy import stats
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import tests.helpers.broken_jacobi  # noqa: F401  (registers "test-broken-mc-sjd-stale-q")
@@ -17,6 +16,7 @@ from mmspec.modalities.image_ar import (IMAGE_AR_METHODS, ClassifierFreeGuidance
                                         images_to_codes)  # fmt: skip
 from mmspec.runner import ModelRunner
 from mmspec.sampling import SamplingParams, process_logits
+from tests.test_verifiers_jacobi import chi2_pvalue as counts_pvalue
 
 CODES = 4  # codebook entries = image-token vocabulary
 COND = (4, 5)  # two condition tokens
@@ -86,15 +86,10 @@ def exact_joint(model, prefix, length, scale, sampling) -> torch.Tensor:
 
 
 def chi2_pvalue(codes: torch.Tensor, joint: torch.Tensor) -> float:
+    """Pearson chi-square of sampled code grids [N, T] against the exact joint over all CODES**T grids."""
     length = codes.shape[1]
     cells = (codes * CODES ** torch.arange(length - 1, -1, -1)).sum(-1)
-    counts = torch.bincount(cells, minlength=CODES**length).double()
-    expected = joint * counts.sum()
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return float(stats.chisquare(obs[keep].numpy(), exp[keep].numpy() * obs[keep].sum().item() / exp[keep].sum().item()).pvalue)
+    return counts_pvalue(torch.bincount(cells, minlength=CODES**length).double(), joint)
 
 
 ROWS = 24_000  # sampled images per law test (one batched call)
@@ -231,3 +226,17 @@ def test_bad_conditions_and_missing_drafter():
         bare.generate(["red"], "plain")
     with pytest.raises(ValueError, match="drafter"):
         bare.generate(torch.tensor([[4, 5]]), "speculative")
+
+
+@pytest.mark.slow
+def test_hf_generate_peer_samples_the_same_guided_law():
+    """The benchmark's Hugging Face peer (generate with guidance_scale + negative_prompt_ids) draws from the same
+    guided distribution as mmspec's plain sampler, so speed comparisons with it are like for like."""
+    from mmspec.bench_image_ar import hf_generate
+
+    spec = speculator(grid=(2, 2), cfg_scale=2.0)
+    prefix = torch.tensor([[COND[0], COND[1]]]).expand(ROWS, -1).contiguous()
+    codes = hf_generate(spec, prefix, cfg_scale=2.0, temperature=1.0, seed=5)
+    assert codes.shape == (ROWS, 4) and int(codes.max()) < CODES
+    joint = exact_joint(spec.target, prefix[:1], 4, 2.0, SamplingParams(temperature=1.0))
+    assert chi2_pvalue(codes, joint) > 1e-3

@@ -26,7 +26,7 @@ method              loop + verifier                                             
 Python API::
 
     spec = ImageARSpeculator(target, vq, drafter=small, conditioner=shapes_t2i.condition_tokens,
-                             null_prompt=shapes_t2i.null_tokens(), cfg_scale=3.0)
+                             null_prompt=shapes_t2i.null_tokens(), cfg_scale=2.0)
     out = spec.generate(["red circle at top left"], method="mc-sjd", temperature=1.0, seed=0)
     out.images[0].save("x.png"); out.stats.summary()
 """

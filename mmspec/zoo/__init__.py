@@ -123,7 +123,7 @@ class ShapesT2I:
     drafter: object | None  # a 1-layer LlamaForCausalLM with the same vocabulary
     judge: object | None  # transformers ResNetForImageClassification over the 108 conditions
 
-    def speculator(self, cfg_scale: float = 3.0):
+    def speculator(self, cfg_scale: float = 2.0):
         """An :class:`~mmspec.modalities.image_ar.ImageARSpeculator` for this entry; conditions are captions such
         as "red circle at top left", :class:`~mmspec.zoo.shapes_t2i.Condition` objects or labels 0..107."""
         from ..modalities.image_ar import ImageARSpeculator

@@ -285,11 +285,15 @@ def _ar_batch(prefix, codes, rng: random.Random, batch_size: int, drop: float) -
     return ids, labels
 
 
-def _train_ar(out: Path, name: str, size: dict, prefix, codes, steps, batch_size, lr, seed, teacher=None) -> dict:
+def _train_ar(out: Path, name: str, size: dict, prefix, codes, steps, batch_size, lr, seed, teacher=None,
+              resume: bool = False) -> dict:  # fmt: skip
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(ar_config(**size)).train()
+    if resume:  # continue from the saved weights with a fresh warm-up + cosine schedule
+        model = LlamaForCausalLM.from_pretrained(out / name, dtype=torch.float32).train()
+    else:
+        model = LlamaForCausalLM(ar_config(**size)).train()
 
     def loss_fn(rng):
         ids, labels = _ar_batch(prefix, codes, rng, batch_size, drop=0.1)
@@ -338,10 +342,11 @@ STAGES = ("vq", "judge", "target", "drafter")
 
 def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500, target_steps: int = 4000,
           drafter_steps: int = 1500, dataset_size: int = 20000, batch_size: int = 64, target_lr: float = 2e-3,
-          seed: int = 0, only: tuple[str, ...] = STAGES, smoke: bool = False) -> dict:  # fmt: skip
+          seed: int = 0, only: tuple[str, ...] = STAGES, smoke: bool = False, resume_target: bool = False) -> dict:  # fmt: skip
     """Train the shapes-t2i entry into ``out_dir`` (stages: vq, judge, target, drafter; ``only`` picks some).
 
-    ``smoke=True`` runs a few steps of everything on a tiny dataset (for tests)."""
+    ``resume_target=True`` continues the saved target for ``target_steps`` more steps (recorded in the card as a
+    second stage). ``smoke=True`` runs a few steps of everything on a tiny dataset (for tests)."""
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
@@ -367,7 +372,15 @@ def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500,
         t0 = time.time()
         prefix, codes = _code_dataset(vq, dataset_size)
         card["dataset"] = {"images": dataset_size, "tokenise_seconds": round(time.time() - t0, 1)}
-        if "target" in only:
+        if "target" in only and resume_target:
+            stage = _train_ar(out, "target", TARGET_SIZE, prefix, codes, target_steps, batch_size, target_lr, seed + 1,
+                              resume=True)  # fmt: skip
+            previous = models["target"]
+            models["target"] = {**stage, "steps": previous["steps"] + target_steps,
+                                "train_seconds": round(previous["train_seconds"] + stage["train_seconds"], 1),
+                                "stages": previous.get("stages", [{k: previous[k] for k in ("steps", "lr", "final_loss")}])
+                                + [{"steps": target_steps, "lr": target_lr, "final_loss": stage["final_loss"], "resumed": True}]}  # fmt: skip
+        elif "target" in only:
             models["target"] = _train_ar(out, "target", TARGET_SIZE, prefix, codes, target_steps, batch_size, target_lr, seed)
         if "drafter" in only:
             teacher = LlamaForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
