@@ -12,6 +12,8 @@ from .base import DRAFTERS, DraftRequest, DraftSession, Drafter, strip_placehold
 
 
 class ModelDraftSession(DraftSession):
+    carry_valid: torch.Tensor | None = None  # [B, c] bool when rows carry different counts (per-row loops)
+
     def __init__(self, model, request: DraftRequest, text_only: bool):
         self.runner = ModelRunner(model, request.vocab_size)
         self.sampling = request.sampling
@@ -22,7 +24,6 @@ class ModelDraftSession(DraftSession):
             kwargs = {}
         self.runner.prefill(ids.to(self.runner.device), mask.to(self.runner.device), **kwargs)
         self.carry = ids.new_zeros((ids.shape[0], 0))  # [B, c] committed tokens not yet fed to the drafter
-        self.carry_valid: torch.Tensor | None = None  # [B, c] bool when rows carry different counts (per-row loops)
         self._feed = self.carry  # [B, c+1] what this round fed before drafting
         self._drafts = self.carry  # [B, k] this round's drafts
         self._k = 0
