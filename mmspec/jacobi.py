@@ -155,7 +155,8 @@ class JacobiEngine:
             # commit, per row: x_t and d_1..d_n enter the cache, S_n becomes the pending token (past the end: dropped)
             write = active[:, None] & (slots[None, :] <= n[:, None])  # [B, k+1] codes at t+1..t+n+1
             values = torch.cat([d, d[:, :1]], dim=1).scatter(1, n[:, None], verdict.next_tokens[:, None])  # [B, k+1]
-            codes.scatter_(1, t[:, None] + 1 + slots, torch.where(write, values, codes.gather(1, t[:, None] + 1 + slots)))
+            where = t[:, None] + 1 + slots  # [B, k+1] absolute positions t+1..t+k+1
+            codes.scatter_(1, where, torch.where(write, values, codes.gather(1, where)))  # untouched where not written
             target.commit_rows(torch.where(active, 1 + n, 0))
             x_t = torch.where(active, verdict.next_tokens, x_t)
             t = torch.where(active, t + n + 1, t)
