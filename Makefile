@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(VPY) demos/caption_shapes.py --out out/captions.png
 	$(VPY) demos/video_qa.py --out out/video_qa.png
 	$(VPY) demos/image_ar.py --out out/image_ar.png
+	$(VPY) demos/diffusion.py --out out/diffusion.png
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
@@ -29,6 +30,7 @@ bench: $(STAMP)
 	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
 	$(VPY) -m mmspec.cli bench video --json bench-video.json --plot docs/bench-video.png
 	$(VPY) -m mmspec.cli bench image-ar --json bench-image-ar.json --plot docs/bench-image-ar-sweep.png
+	$(VPY) -m mmspec.cli bench diffusion --json bench-diffusion.json --plot docs/bench-diffusion-lookahead.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -7,6 +7,7 @@ from .config import SpecConfig
 from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from .engine import SpeculativeEngine
 from .jacobi import JacobiConfig, JacobiEngine
+from .modalities.diffusion import DIFFUSION_METHODS, DiffusionSpeculator
 from .modalities.image_ar import IMAGE_AR_METHODS, ImageARSpeculator
 from .modalities.video import VideoSpeculator
 from .modalities.vlm import VLMSpeculator
@@ -17,7 +18,7 @@ from . import zoo
 
 __version__ = "0.1.0"
 __all__ = [
-    "DRAFTERS", "Drafter", "EarlyExitDrafter", "GenerationOutput", "IMAGE_AR_METHODS", "ImageARSpeculator",
+    "DIFFUSION_METHODS", "DRAFTERS", "DiffusionSpeculator", "Drafter", "EarlyExitDrafter", "GenerationOutput", "IMAGE_AR_METHODS", "ImageARSpeculator",
     "JacobiConfig", "JacobiEngine", "ModelDrafter", "NgramDrafter", "Proposal",
     "STDDrafter", "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
     "VideoSpeculator",

@@ -31,6 +31,7 @@ class RunResult:
     prefill_seconds: float | None = None  # time to the first token (prompt pass, drafter set-up), when measured
     draft_prefill_seconds: float | None = None  # the drafter's own set-up, when measured
     batch_forwards: int | None = None  # target forwards of the whole batch (when rows advance independently)
+    evaluations: int | None = None  # network evaluations summed over rows (diffusion: the compute a method spends)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The ``mmspec`` command: demo, bench (vlm, video, image-ar, verifiers), verifiers, zoo train."""
+"""The ``mmspec`` command: demo, bench (vlm, video, image-ar, diffusion, verifiers), verifiers, zoo train."""
 
 from __future__ import annotations
 
@@ -104,6 +104,29 @@ def bench_image_ar(args) -> None:
         print(f"sweep plot written to {args.plot}")
 
 
+def bench_diffusion(args) -> None:
+    from . import zoo
+    from .bench_diffusion import bench_diffusion as run, diffusion_table, save_json, save_lookahead_plot
+
+    models = zoo.ZOO.get("shapes-ddpm").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-ddpm")
+    only = args.only.split(",") if args.only else None
+    lookaheads = tuple(int(v) for v in args.lookaheads.split(","))
+    rows, meta = run(models, per_class=args.per_class, classes=args.classes, batch=args.batch, reps=args.reps,
+                     steps=args.steps, sampler=args.sampler, eta=args.eta, cfg_scale=args.cfg_scale,
+                     lookaheads=lookaheads, only=only)  # fmt: skip
+    print(f"\nmmspec bench diffusion — shapes-ddpm, {meta['images']} images, batch {meta['batch']}, {meta['sampler']} "
+          f"{meta['steps']} steps, CFG {meta['cfg_scale']}, {meta['reps']} interleaved reps; {meta['machine']}\n")  # fmt: skip
+    print(diffusion_table(rows))
+    print(f"\nplain runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
+          f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
+    if args.json:
+        save_json(rows, args.json, meta)
+        print(f"rows written to {args.json}")
+    if args.plot:
+        save_lookahead_plot(rows, args.plot, meta)
+        print(f"lookahead plot written to {args.plot}")
+
+
 def bench_verifiers(args) -> None:
     from .bench_verifiers import bench_verifiers as run, markdown
 
@@ -173,6 +196,21 @@ def main(argv=None) -> None:
     ia.add_argument("--json", default=None, help="write the rows as JSON here")
     ia.add_argument("--plot", default=None, help="write the speedup-vs-quality sweep plot (PNG) here")
     ia.set_defaults(func=bench_image_ar)
+    d = b.add_parser("diffusion", help="shapes-ddpm: plain sampler vs speculative / ASD / Picard / forecast gating")
+    d.add_argument("--per-class", type=int, default=2, help="images per condition")
+    d.add_argument("--classes", type=int, default=None, help="use only the first N of the 108 conditions (default: all)")
+    d.add_argument("--batch", type=int, default=54, help="images sampled per call")
+    d.add_argument("--reps", type=int, default=1, help="interleaved timed repetitions (after one warm-up)")
+    d.add_argument("--steps", type=int, default=100, help="sampler steps")
+    d.add_argument("--sampler", default="ddpm", help="ddpm, ddim (with --eta) or euler-ancestral")
+    d.add_argument("--eta", type=float, default=None, help="DDIM noise scale (ddim only; 0 = deterministic)")
+    d.add_argument("--cfg-scale", type=float, default=1.0, help="classifier-free guidance scale (1.0: none)")
+    d.add_argument("--lookaheads", default="2,4,8", help="lookaheads L of the speculative / ASD rows")
+    d.add_argument("--only", default=None, help="run only rows whose name contains one of these (comma-separated)")
+    d.add_argument("--zoo-path", default=None, help="load the shapes-ddpm models from here (default: bundled)")
+    d.add_argument("--json", default=None, help="write the rows as JSON here")
+    d.add_argument("--plot", default=None, help="write the lookahead sweep plot (PNG) here")
+    d.set_defaults(func=bench_diffusion)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)
     w.add_argument("--k", type=int, default=8, help="draft length")

@@ -70,3 +70,21 @@ def test_bench_image_ar_cli_on_bundled_models(tmp_path, capsys):
     assert rows["plain"]["condition_accuracy"] > 0.5  # the trained target draws what it is asked for
     assert all(r["frechet_distance"] >= 0 for r in rows.values())
     assert plot.stat().st_size > 1000 and data["meta"]["images"] == 24
+
+
+def test_bench_diffusion_cli_on_bundled_models(tmp_path, capsys):
+    """`mmspec bench diffusion` on the bundled shapes-ddpm model (a smoke run: 12 images, 20 steps, a few methods):
+    rows with rounds, evaluations, wall speedups vs plain and vs the diffusers loop, judge quality; plot written."""
+    out, plot = tmp_path / "diffusion.json", tmp_path / "lookahead.png"
+    main(["bench", "diffusion", "--classes", "12", "--per-class", "1", "--batch", "12", "--steps", "20",
+          "--lookaheads", "2,4", "--only", "speculative,asd", "--json", str(out), "--plot", str(plot)])  # fmt: skip
+    assert "| round compression (batch) |" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    assert {"plain", "plain (run 2)", "plain (run 3)", "diffusers loop (scale_model_input + step)", "speculative L=2",
+            "asd L=4"} <= set(rows)  # fmt: skip
+    assert rows["plain"]["round_compression"] == 1.0 and rows["plain"]["evaluations_per_sample"] == 20
+    assert rows["asd L=4"]["lossless"] and rows["asd L=4"]["round_compression"] > 1.2
+    assert rows["asd L=4"]["sample_round_compression"] >= rows["asd L=4"]["round_compression"]
+    assert all(r["frechet_distance"] >= 0 and 0 <= r["condition_accuracy"] <= 1 for r in rows.values())
+    assert plot.stat().st_size > 1000 and data["meta"]["images"] == 12 and data["meta"]["sampler"] == "ddpm"

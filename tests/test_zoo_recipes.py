@@ -69,3 +69,16 @@ def test_shapes_t2i_conditions_round_trip_and_images_follow_them():
     assert ink.sum() > 10 and ys.mean() < 16 and xs.mean() < 16  # "top left" is drawn in the top-left region
     assert example(3, "train")[0] != example(3, "test")[0] or not np.array_equal(
         np.asarray(example(3, "train")[1]), np.asarray(example(3, "test")[1]))
+
+
+def test_shapes_ddpm_recipe_smoke(tmp_path):
+    entry = ZOO.get("shapes-ddpm")
+    card = entry.train(tmp_path, smoke=True)
+    assert card["unet"]["steps"] == 2 and card["null_class"] == 108
+    assert json.loads((tmp_path / "card.json").read_text()) == card
+    assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
+    m = entry.load(tmp_path)
+    out = m.speculator().generate(["red circle at top left", 5], num_inference_steps=6, method="asd", seed=0)
+    assert out.samples.shape == (2, 3, 32, 32) and out.images[0].size == (32, 32) and out.lossless
+    with pytest.raises(ValueError, match="only: shapes-ddpm has one model"):
+        entry.train(tmp_path, only=("unet",))

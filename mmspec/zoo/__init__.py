@@ -159,6 +159,53 @@ def _train_shapes_t2i(out_dir, **options):
 ZOO.register("shapes-t2i")(ZooEntry("shapes-t2i", _train_shapes_t2i, _load_shapes_t2i))
 
 
+@dataclass
+class ShapesDDPM:
+    unet: object  # diffusers UNet2DModel, class-conditional (108 conditions + null id 108), epsilon prediction
+    scheduler: object  # diffusers DDPMScheduler (fixed_small variance)
+    judge: object | None  # the shapes-t2i ResNet judge (same conditions and renderer), None if that entry is missing
+
+    def speculator(self, cfg_scale: float = 1.0, **options):
+        """A :class:`~mmspec.modalities.diffusion.DiffusionSpeculator` for this entry; conditions are captions
+        such as "red circle at top left", :class:`~mmspec.zoo.shapes_t2i.Condition` objects or labels 0..107."""
+        from ..modalities.diffusion import DiffusionSpeculator
+        from .shapes_ddpm import NULL_CLASS
+        from .shapes_t2i import to_condition
+
+        return DiffusionSpeculator((self.unet, self.scheduler), conditioner=lambda c: to_condition(c).label,
+                                   null_condition=NULL_CLASS, cfg_scale=cfg_scale, **options)  # fmt: skip
+
+
+def _load_shapes_ddpm(path: Path, dtype=torch.float32, device="cpu") -> ShapesDDPM:
+    from diffusers import DDPMScheduler, UNet2DModel
+    from transformers import ResNetForImageClassification
+
+    path = Path(path)
+    if not (path / "unet" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-ddpm: no weights at {path}; run `mmspec zoo train shapes-ddpm`")
+    judge_dir = WEIGHTS / "shapes-t2i" / "judge"
+    judge = None
+    if (judge_dir / "config.json").exists():
+        judge = ResNetForImageClassification.from_pretrained(judge_dir, dtype=dtype, local_files_only=True).to(device).eval()
+    return ShapesDDPM(
+        unet=UNet2DModel.from_pretrained(path / "unet", torch_dtype=dtype, local_files_only=True).to(device).eval(),
+        scheduler=DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True),
+        judge=judge,
+    )
+
+
+def _train_shapes_ddpm(out_dir, **options):
+    from .shapes_ddpm import train
+
+    if "only" in options:
+        raise ValueError(f"only: shapes-ddpm has one model (the UNet), got only={options['only']!r}")
+    renamed = {"target_steps": "steps", "target_lr": "lr"}  # the CLI's --target-steps / --target-lr
+    return train(out_dir, **{renamed.get(k, k): v for k, v in options.items()})
+
+
+ZOO.register("shapes-ddpm")(ZooEntry("shapes-ddpm", _train_shapes_ddpm, _load_shapes_ddpm))
+
+
 def load(name: str, dtype=torch.float32, device="cpu"):
     entry = ZOO.get(name)
     return entry.load(entry.path, dtype=dtype, device=device)
