@@ -81,6 +81,8 @@ def diffusion_methods(sampler: str, *, lookaheads=(2, 4, 8), plain_runs: int = 3
     """(row name, registered method, generate() keyword arguments) for every benchmarked configuration."""
     rows = [(f"plain (run {i + 1})" if i else "plain", "plain", {"seed_offset": 1000 * i}) for i in range(plain_runs)]
     rows += [(f"speculative L={lk}", "speculative", {"lookahead": lk}) for lk in lookaheads]
+    mid = lookaheads[len(lookaheads) // 2]
+    rows.append((f"speculative frozen-ε L={mid}", "speculative", {"lookahead": mid, "draft": "frozen-eps"}))
     rows += [(f"asd L={lk}", "asd", {"lookahead": lk}) for lk in lookaheads]
     rows.append((f"paradigms W={picard[0]} tol={picard[1]}", "paradigms", {"window": picard[0], "tolerance": picard[1]}))
     if speca:

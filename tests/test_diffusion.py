@@ -150,6 +150,7 @@ LAW_CASES = [  # (sampler, eta, steps, method, lookahead, cfg_scale)
     ("ddim", 1.0, 16, "speculative", 3, 1.0),
     ("euler-ancestral", None, 16, "asd", 4, 1.0),
     ("ddpm", None, 20, "speculative", 4, 2.0),
+    ("ddpm", None, 20, "frozen-eps", 4, 1.0),  # speculative with the frozen-ε draft rule
 ]
 
 
@@ -181,8 +182,9 @@ def plain_samples():
 @pytest.mark.parametrize("sampler,eta,steps,method,lookahead,cfg", LAW_CASES)
 def test_speculative_law_matches_plain_sampler(plain_samples, sampler, eta, steps, method, lookahead, cfg):
     sp = _mixture_speculator(sampler)
-    out = sp.generate(_conditions(N_LAW), num_inference_steps=steps, sampler=sampler, eta=eta, seed=7, method=method,
-                      lookahead=lookahead, cfg_scale=cfg)  # fmt: skip
+    rule = {"draft": method} if method.startswith("frozen") else {}
+    out = sp.generate(_conditions(N_LAW), num_inference_steps=steps, sampler=sampler, eta=eta, seed=7,
+                      method="speculative" if rule else method, lookahead=lookahead, cfg_scale=cfg, **rule)  # fmt: skip
     assert out.lossless
     p = min_ks_pvalue(out.samples, plain_samples(sampler, eta, steps, cfg))
     assert p > 1e-3 / len(DIRECTIONS), p
@@ -317,6 +319,14 @@ def test_conditional_unet_and_pipeline_inputs():
     out = sp.generate([0, 1, 2], num_inference_steps=10, lookahead=3, seed=0)
     assert out.samples.shape == (3, 3, 8, 8) and len(out.images) == 3 and out.images[0].size == (8, 8)
     assert out.stats.rounds <= 10
+    from diffusers import DiTTransformer2DModel
+
+    torch.manual_seed(0)
+    dit = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=3, num_layers=1, sample_size=8,
+                                patch_size=2, num_embeds_ada_norm=5).eval()  # fmt: skip
+    out = DiffusionSpeculator((dit, scheduler("ddpm")), conditioner=int, null_condition=4, cfg_scale=1.5).generate(
+        [0, 3], num_inference_steps=8, lookahead=3, seed=0)  # fmt: skip
+    assert out.samples.shape == (2, 3, 8, 8) and torch.isfinite(out.samples).all()
     pipe = DDPMPipeline(unet=tiny_unet(), scheduler=scheduler("ddpm"))
     out = DiffusionSpeculator(pipe).generate(batch_size=2, num_inference_steps=6, method="asd")
     assert out.samples.shape == (2, 3, 8, 8) and out.sampler == "ddpm"

@@ -161,7 +161,7 @@ ZOO.register("shapes-t2i")(ZooEntry("shapes-t2i", _train_shapes_t2i, _load_shape
 
 @dataclass
 class ShapesDDPM:
-    unet: object  # diffusers UNet2DModel, class-conditional (108 conditions + null id 108), epsilon prediction
+    unet: object  # diffusers UNet2DModel, class-conditional (108 conditions + null id 108), v-prediction
     scheduler: object  # diffusers DDPMScheduler (fixed_small variance)
     judge: object | None  # the shapes-t2i ResNet judge (same conditions and renderer), None if that entry is missing
 

@@ -160,6 +160,23 @@ class FrozenX0:
         return kernel.mean_from_x0(y, frozen, n)
 
 
+@DRAFT_RULES.register("frozen-eps")
+class FrozenEps:
+    """Freeze ε̂ of the last verified node (whatever the model predicts); x̂0 is re-derived at each drafted state
+    from ε̂ = gx·y + g0·x̂0 (clipped like the sampler's own x̂0)."""
+
+    @staticmethod
+    def freeze(kernel, y, out, n):
+        return kernel.predict(y, out, n)[1]
+
+    @staticmethod
+    def mean(kernel, y, frozen, n):
+        x0 = (frozen - kernel.at("gx", n, y) * y) / kernel.at("g0", n, y)
+        if kernel.clip is not None:
+            x0 = x0.clamp(-kernel.clip, kernel.clip)
+        return kernel.mean(y, x0, frozen, n)
+
+
 def stochastic_run_lengths(kernel: GaussianKernel) -> torch.Tensor:
     """run[n] = number of consecutive steps with σ > 0 starting at step n: [N + 1] int64 (run[N] = 0)."""
     n = kernel.num_steps
@@ -182,20 +199,23 @@ class SpeculativeSampling(DiffusionMethod):
        the network output at Y_l when all l were accepted (exact at the new state), else at the parent of the
        reflected state (the freshest verified drift).
 
-    A deterministic step (σ = 0, e.g. DDPM's last) is taken exactly with the target mean: at Y_0 when a round
-    starts there, or with the prefetched output at Y_l right after a whole accepted chain.
+    ``draft`` picks the frozen quantity from ``DRAFT_RULES``: "frozen-drift" (the network output, default here),
+    "frozen-x0" (ASD's default) or "frozen-eps". A deterministic step (σ = 0, e.g. DDPM's last) is taken exactly
+    with the target mean: at Y_0 when a round starts there, or with the prefetched output at Y_l right after a
+    whole accepted chain.
     """
 
     lossless = True
     needs_stochastic = True
-    params = ("lookahead", "verifier", "verifier_params")
+    params = ("lookahead", "draft", "verifier", "verifier_params")
     draft_rule = "frozen-drift"
 
-    def run(self, ctx, x, lookahead: int = 4, verifier="reflection-coupling", verifier_params: dict | None = None):
+    def run(self, ctx, x, lookahead: int = 4, draft: str | None = None, verifier="reflection-coupling",
+            verifier_params: dict | None = None):  # fmt: skip
         if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 1:
             raise ValueError(f"lookahead: expected an int >= 1 (drafted steps per round), got {lookahead!r}")
         kernel, den, g = ctx.kernel, ctx.denoiser, ctx.generator
-        rule = DRAFT_RULES.get(self.draft_rule)
+        rule = DRAFT_RULES.get(draft or self.draft_rule)
         check = VERIFIERS.get(verifier)(**(verifier_params or {})) if isinstance(verifier, str) else verifier
         if not hasattr(check, "verify"):
             raise TypeError(f"verifier: expected a registered name or a verifier object, got {type(verifier).__name__}")
