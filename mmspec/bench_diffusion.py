@@ -18,16 +18,14 @@ repetitions after a warm-up (the harness of :mod:`mmspec.bench`). Reported per m
 
 from __future__ import annotations
 
-import json
 import statistics
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from .bench import Method, RunResult, machine_description, run_interleaved
-from .bench_image_ar import Judge, bench_conditions, frechet_distance, real_features
+from .bench_image_ar import Judge, bench_conditions, frechet_distance, real_features, within_spread
 
 
 @dataclass
@@ -155,14 +153,11 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
     acc_p = [quality[n][0] for n in plain_names]
     fd_p = [quality[n][1] for n in plain_names]
 
-    def within(value, ref):
-        return abs(value - statistics.mean(ref)) <= (max(ref) - min(ref)) if len(ref) > 1 else None
-
     rows = []
     for m in methods:
         rs = results[m.name]
         acc, fd = quality[m.name]
-        ok = within(acc, acc_p)
+        ok = within_spread(acc, acc_p)
         rounds = statistics.mean(r.batch_forwards for r in rs)
         rows.append(DiffusionRow(
             method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
@@ -172,7 +167,7 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
             images_per_s=round(ips[m.name], 3), seconds_median=round(statistics.median(seconds[m.name]), 3),
             speedup_vs_plain=round(ips[m.name] / ref_ips, 3), speedup_vs_diffusers=round(ips[m.name] / ips[peer], 3),
             condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
-            within_spread=None if ok is None else bool(ok and within(fd, fd_p)),
+            within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
         ))  # fmt: skip
     floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
     meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "steps": steps,
@@ -192,13 +187,6 @@ def diffusion_table(rows: list[DiffusionRow]) -> str:
                      f"{r.speedup_vs_plain:.2f}x | {r.speedup_vs_diffusers:.2f}x | {r.condition_accuracy:.3f} | "
                      f"{r.frechet_distance:.2f} | {spread} |")  # fmt: skip
     return "\n".join(lines)
-
-
-def save_json(rows: list[DiffusionRow], path, meta: dict) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def save_lookahead_plot(rows: list[DiffusionRow], path, meta: dict) -> None:

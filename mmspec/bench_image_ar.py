@@ -44,6 +44,11 @@ class ImageARRow:
     extras: dict = field(default_factory=dict)
 
 
+def within_spread(value: float, ref: list[float]) -> bool | None:
+    """|value − mean(ref)| <= max(ref) − min(ref): inside the run-to-run spread of the plain runs (None: one run)."""
+    return abs(value - statistics.mean(ref)) <= (max(ref) - min(ref)) if len(ref) > 1 else None
+
+
 def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Fréchet distance between Gaussians fitted to feature sets a [N, D] and b [M, D]."""
     from scipy import linalg
@@ -189,22 +194,19 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
     acc_p = [quality[n][0] for n in plain_names]
     fd_p = [quality[n][1] for n in plain_names]
 
-    def within(value, ref):
-        return abs(value - statistics.mean(ref)) <= (max(ref) - min(ref)) if len(ref) > 1 else None
-
     rows = []
     for m in methods:
         rs = results[m.name]
         acc, fd = quality[m.name]
         tokens = sum(r.committed for r in rs)
-        ok = within(acc, acc_p)
+        ok = within_spread(acc, acc_p)
         rows.append(ImageARRow(
             method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
             step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
             batch_step_compression=round(tokens / max(1, sum(r.batch_forwards * r.new_tokens.shape[0] for r in rs)), 3),
             images_per_s=round(ips[m.name], 2), seconds_median=round(statistics.median(seconds[m.name]), 3),
             speedup_vs_ar=round(ips[m.name] / ref_ips, 3), speedup_vs_hf=round(ips[m.name] / hf_ips, 3), condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
-            within_spread=None if ok is None else bool(ok and within(fd, fd_p)),
+            within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
         ))  # fmt: skip
     floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
     meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "cfg_scale": cfg_scale,

@@ -106,7 +106,8 @@ def bench_image_ar(args) -> None:
 
 def bench_diffusion(args) -> None:
     from . import zoo
-    from .bench_diffusion import bench_diffusion as run, diffusion_table, save_json, save_lookahead_plot
+    from .bench_diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
+    from .bench_image_ar import save_json
 
     models = zoo.ZOO.get("shapes-ddpm").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-ddpm")
     only = args.only.split(",") if args.only else None

@@ -107,5 +107,23 @@ def train(out_dir: str | Path, *, steps: int = 10000, dataset_size: int = 30000,
                           "final_loss": stage["final_loss"], "train_seconds": round(sum(s["train_seconds"] for s in stages), 1),
                           "stages": stages},
                  "dataset": {"images": dataset_size, "render_seconds": round(render_seconds, 1)}})  # fmt: skip
+    if not smoke:
+        card["quality"] = evaluate(out)
     card_path.write_text(json.dumps(card, indent=2) + "\n")
     return card
+
+
+def evaluate(out_dir: str | Path, steps: int = 100, seed: int = 0) -> dict:
+    """Judge accuracy of one plain DDPM sample per condition (108 images, ``steps`` steps), with the shapes-t2i
+    judge; {} when that entry's judge is missing."""
+    from . import ZOO
+    from ..bench_image_ar import Judge
+
+    models = ZOO.get("shapes-ddpm").load(out_dir)
+    if models.judge is None:
+        return {}
+    labels = list(range(NUM_CLASSES))
+    out = models.speculator().generate(labels, method="plain", num_inference_steps=steps, seed=seed, decode=False)
+    pred, _ = Judge(models.judge)(out.samples.clamp(-1, 1))
+    acc = float((pred == torch.tensor(labels)).float().mean())
+    return {"judge_accuracy": round(acc, 4), "images": len(labels), "sampler": f"ddpm {steps} steps", "seed": seed}
