@@ -21,7 +21,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .bench import Method, RunResult, machine_description, run_interleaved
@@ -139,13 +138,7 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
     quality = {}
     for m in methods:
         samples = torch.cat([r.new_tokens for r in results[m.name]])  # [N, 3, 32, 32]
-        preds, feats = [], []
-        for start in range(0, len(samples), 256):
-            p, f = judge(samples[start : start + 256].clamp(-1, 1))
-            preds.append(p)
-            feats.append(f)
-        acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
-        quality[m.name] = (acc, frechet_distance(np.concatenate(feats), real))
+        quality[m.name] = judge.quality(lambda a, b: samples[a:b].clamp(-1, 1), labels, real)
     plain_names = [m.name for m in methods if m.family == "plain"]
     n_images = len(labels)
     ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}

@@ -73,6 +73,17 @@ class Judge:
         labels = self.model.classifier(out.pooler_output).argmax(-1)
         return labels, feats.float().numpy()
 
+    def quality(self, images, labels: list[int], real: np.ndarray, chunk: int = 256) -> tuple[float, float]:
+        """(condition accuracy, Fréchet distance to ``real`` features) of ``images(start, stop)`` -> [n, 3, H, W]
+        in [-1, 1] for the ``labels`` (judged ``chunk`` images at a time)."""
+        preds, feats = [], []
+        for start in range(0, len(labels), chunk):
+            p, f = self(images(start, min(start + chunk, len(labels))))
+            preds.append(p)
+            feats.append(f)
+        acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
+        return acc, frechet_distance(np.concatenate(feats), real)
+
 
 def bench_conditions(per_class: int, classes: int | None = None) -> list[int]:
     """Condition labels: each of the first ``classes`` (default all 108) ``per_class`` times."""
@@ -178,14 +189,7 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
     quality = {}
     for m in methods:
         codes = torch.cat([r.new_tokens for r in results[m.name]])  # [N, 64]
-        preds, feats = [], []
-        for start in range(0, len(codes), 256):
-            images = codes_to_images(spec.vq, codes[start : start + 256], spec.grid)
-            p, f = judge(images)
-            preds.append(p)
-            feats.append(f)
-        acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
-        quality[m.name] = (acc, frechet_distance(np.concatenate(feats), real))
+        quality[m.name] = judge.quality(lambda a, b: codes_to_images(spec.vq, codes[a:b], spec.grid), labels, real)
     plain_names = [m.name for m in methods if m.family == "ar"]  # the plain runs (different seeds)
     n_images = len(labels)
     ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
