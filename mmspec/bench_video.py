@@ -7,9 +7,10 @@ speeds up. Methods:
 
 - ``plain greedy``: ``target.generate(do_sample=False)``;
 - mmspec: the small video-LM drafter at several K and as a tree; the text-only drafter; the small drafter seeing a
-  compressed clip (grid pooling over time and space, ToMe merging, two-stage pruning, the learned query adaptor:
-  16 of 64 visual tokens); STD sparse-to-dense self-drafting (top-k visual KV per layer, with and without
-  verifier-attention feedback); the EAGLE head (chain, static tree, confidence-guided dynamic tree); early exit
+  compressed clip (grid pooling over time and space, ToMe merging, two-stage pruning: 16 of 64 visual tokens); the
+  learned query adaptor (16 tokens read off the target's own prefill features, so that drafter runs no vision
+  tower); STD sparse-to-dense self-drafting (top-k visual KV per layer, with and without verifier-attention
+  feedback); the EAGLE head (chain, static tree, confidence-guided dynamic tree); early exit
   (own draft cache, and drafting in the target's cache with verification reusing the draft layers' KV); prompt
   lookup;
 - Hugging Face peers: assisted generation with the same small drafter / text-only drafter (constant K and HF
@@ -52,11 +53,12 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
                               mm(CompressedVLMDrafter(small, c, budget), num_draft_tokens=k_mid),
                               {"K": k_mid, "compressor": c, "visual_tokens": budget}))  # fmt: skip
     if getattr(models, "adaptor", None) is not None:
-        q = models.adaptor.num_queries
-        methods.append(Method(f"mmspec adaptor-trained video-LM, query adaptor {q} visual tokens K={k_mid}", "mmspec",
-                              "small-vlm", True,
+        q, source = models.adaptor.num_queries, models.adaptor.source
+        reads = "the target's features" if source == "target-features" else f"{source} tokens"
+        methods.append(Method(f"mmspec adaptor-trained video-LM, query adaptor on {reads}, {q} visual tokens K={k_mid}",
+                              "mmspec", "small-vlm", True,
                               mm(CompressedVLMDrafter(models.drafter_adaptor, models.adaptor, q), num_draft_tokens=k_mid),
-                              {"K": k_mid, "compressor": "query-adaptor", "visual_tokens": q}))  # fmt: skip
+                              {"K": k_mid, "compressor": "query-adaptor", "source": source, "visual_tokens": q}))  # fmt: skip
     for keep in std_keep:
         methods.append(Method(f"mmspec STD keep {keep} K={k_mid}", "mmspec", "std", True,
                               mm(STDDrafter(target, keep=keep), num_draft_tokens=k_mid),
@@ -214,13 +216,18 @@ def std_scaling_table(rows, keep: int, k: int) -> str:
 
 @torch.inference_mode()
 def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: int = 0) -> dict:
-    """Where the small drafter's set-up time goes on one clip: its vision tower + embedding merge, its language
-    model prefill over the full prompt, the grid-pool compression step, and the LM prefill over the compressed
-    prompt (``budget`` visual tokens). Medians in ms (the first two repetitions are warm-up)."""
+    """Where drafter set-up time goes on one clip (ms, medians; the first two repetitions are warm-up).
+
+    End to end, as the engine does it (``drafter.start`` right after the target's prefill, which is not counted):
+    the small drafter seeing the full clip, the same drafter with grid pooling to ``budget`` visual tokens, and the
+    query-adaptor drafter (on the target's features when the bundled adaptor reads them). Then the parts: the
+    drafter's vision tower + embedding merge, its LM prefill over the full and the compressed prompt, the grid-pool
+    step, and the adaptor step (text embedding + adaptor + splice)."""
     import statistics
     import time
 
-    from .drafters.compressed import compress_prompt, visual_grid
+    from .drafters.base import DraftRequest
+    from .drafters.compressed import TARGET_VIEWS, compress_prompt, text_embeddings, visual_grid
     from .drafters.early_exit import prompt_embeddings
     from .drafting.compression import grid_pool
     from .runner import ModelRunner
@@ -230,11 +237,28 @@ def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: in
     enc = dict(processor(videos=[make_clip(clip, "test").frames_array()], text=[caption_prompt()], return_tensors="pt"))
     ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
     video_id = processor.tokenizer.convert_tokens_to_ids(processor.video_token)
+    target = ModelRunner(models.target, keep_features=True)
+    target.prefill(ids, mask, **enc)
+    request = DraftRequest(input_ids=ids, attention_mask=mask, model_kwargs=enc, placeholder_ids=(video_id,),
+                           vocab_size=target.vocab_size, target_runner=target)  # fmt: skip
+    starts = {"set-up, full view": ModelDrafter(drafter),
+              f"set-up, grid-pool {budget}": CompressedVLMDrafter(drafter, "grid-pool", budget)}  # fmt: skip
+    adaptor = getattr(models, "adaptor", None)
+    if adaptor is not None:
+        starts[f"set-up, query adaptor {adaptor.num_queries} ({adaptor.source})"] = CompressedVLMDrafter(
+            models.drafter_adaptor, adaptor, adaptor.num_queries)
     runner = ModelRunner(drafter)
     grid = visual_grid(drafter, enc)
-    times: dict[str, list[float]] = {"vision tower + merge": [], "compression": [], "LM prefill, full": [],
-                                     "LM prefill, compressed": []}  # fmt: skip
+    parts = ["vision tower + merge", "LM prefill, full", "grid-pool step", "LM prefill, grid-pooled"]
+    if adaptor is not None and adaptor.source != "drafter":
+        parts += ["adaptor step (text embedding + adaptor + splice)", "LM prefill, adaptor"]
+    times: dict[str, list[float]] = {k: [] for k in [*starts, *parts]}
     for rep in range(reps + 2):
+        lap = {}
+        for name, d in starts.items():
+            t0 = time.perf_counter()
+            d.start(request)
+            lap[name] = time.perf_counter() - t0
         t0 = time.perf_counter()
         pos = runner.prompt_positions(ids, mask, enc)
         embeds = prompt_embeddings(drafter, ids, mask, pos, enc)
@@ -243,12 +267,23 @@ def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: in
         t2 = time.perf_counter()
         out = compress_prompt(embeds, ids, mask, (video_id,),
                               lambda v, m, c: grid_pool(v, budget, grid=grid, carry=c), pos.permute(1, 2, 0))  # fmt: skip
-        small_pos = out.positions.permute(2, 0, 1)
         t3 = time.perf_counter()
-        runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=small_pos)
+        runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=out.positions.permute(2, 0, 1))
         t4 = time.perf_counter()
+        lap.update(zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)))
+        if len(parts) > 4:
+            small, small_runner = models.drafter_adaptor, ModelRunner(models.drafter_adaptor)
+            t0 = time.perf_counter()
+            pos = small_runner.prompt_positions(ids, mask, enc)
+            out = compress_prompt(text_embeddings(small, ids), ids, mask, (video_id,),
+                                  lambda v, m, c: adaptor(v, carry=c), pos.permute(1, 2, 0),
+                                  visual_source=TARGET_VIEWS.get(adaptor.source)(target))  # fmt: skip
+            t1 = time.perf_counter()
+            small_runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=out.positions.permute(2, 0, 1))
+            t2 = time.perf_counter()
+            lap.update(zip(parts[4:], (t1 - t0, t2 - t1)))
         if rep >= 2:
-            for key, dt in zip(times, (t1 - t0, t3 - t2, t2 - t1, t4 - t3)):
+            for key, dt in lap.items():
                 times[key].append(dt)
     med = {k: round(1000 * statistics.median(v), 2) for k, v in times.items()}
     med["prompt tokens, full"], med["prompt tokens, compressed"] = ids.shape[1], out.mask.shape[1]

@@ -72,7 +72,7 @@ def bench_video(args) -> None:
         from .bench_video import drafter_prefill_breakdown
 
         models = models or zoo.load("shapes-video")
-        print("\ndrafter set-up on one clip (ms, medians; grid-pool to 16 visual tokens):")
+        print("\ndrafter set-up on one clip (ms, medians; compressed drafters keep 16 visual tokens):")
         for key, value in drafter_prefill_breakdown(models).items():
             print(f"  {key}: {value}")
         return

@@ -48,7 +48,9 @@ def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
 def test_bench_video_cost_breakdowns(capsys):
     main(["bench", "video", "--drafter-prefill"])
     out = capsys.readouterr().out
-    assert "LM prefill, compressed" in out and "prompt tokens, compressed: 21" in out
+    assert "LM prefill, grid-pooled" in out and "prompt tokens, compressed: 21" in out
+    # the bundled adaptor reads the target's features: its drafter set-up and its parts are reported
+    assert "set-up, query adaptor 16 (target-features)" in out and "LM prefill, adaptor" in out
     main(["bench", "video", "--std-scaling", "64,128"])
     assert "| 128 |" in capsys.readouterr().out
 

@@ -5,6 +5,11 @@ taken from its own embedding path, the visual span is compressed by a registered
 (:mod:`mmspec.drafting.compression`), and the drafter is prefilled from the shorter embedding sequence. Only the
 drafter's view changes: the target still verifies with every visual token, so decoding stays lossless, and the
 drafter's prefill and KV cache shrink by N - M tokens per image.
+
+With ``source="target-features"`` (or ``"target-embeds"``) a learned compressor reads the *target's* visual tokens
+from the target's own prefill (its final-norm hidden states, or its LM input embeddings with the video features
+merged in) instead of the drafter's: the drafter runs no vision tower and embeds only the text, so its set-up is the
+compressor plus a prefill over T - N + M tokens (target-informed compression, survey §3.3).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..drafting.compression import COMPRESSORS, visual_attention_scores
+from ..registry import Registry
 from ..runner import ModelRunner
 from .base import DRAFTERS, DraftRequest
 from .early_exit import prompt_embeddings
@@ -29,11 +35,12 @@ class CompressedPrompt:
 
 
 def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress, positions=None,
-                    labels=None) -> CompressedPrompt:  # fmt: skip
-    """Replace each row's visual span (one image or clip, N placeholders) by ``compress(visual [B, N, D], visual_mask,
+                    labels=None, visual_source=None) -> CompressedPrompt:  # fmt: skip
+    """Replace each row's visual span (one image or clip, N placeholders) by ``compress(visual [B, N, E], visual_mask,
     carry) -> [B, M, D]`` (or ``(tokens, carry)`` when ``positions`` are given).
 
-    embeds [B, T, D], input_ids / attention_mask [B, T]. ``positions [B, T, P]`` (e.g. 3-D rotary positions): text
+    embeds [B, T, D], input_ids / attention_mask [B, T]. The visual tokens handed to ``compress`` are ``embeds``' own
+    (E = D), or ``visual_source [B, T, E]``'s at the placeholder positions (e.g. the target's hidden states). ``positions [B, T, P]`` (e.g. 3-D rotary positions): text
     keeps its own, visual slots get what the compressor carried (the kept tokens' own, or group means rounded).
     ``labels [B, T]`` (training): text keeps its labels, compressed visual slots get -100.
     """
@@ -48,7 +55,11 @@ def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress
     b, t, d = embeds.shape
     n = int(counts[0])
     carry = None if positions is None else positions[visual].view(b, n, -1).float()
-    small = compress(embeds[visual].view(b, n, d), visual, carry)  # [B, M, D] (+ carried [B, M, P])
+    source = embeds if visual_source is None else visual_source  # [B, T, E]
+    if source.shape[:2] != embeds.shape[:2]:
+        raise ValueError(f"visual_source: expected [B, T, E] with (B, T) = {tuple(embeds.shape[:2])}, got "
+                         f"{tuple(source.shape)}")  # fmt: skip
+    small = compress(source[visual].view(b, n, source.shape[-1]), visual, carry)  # [B, M, D] (+ carried [B, M, P])
     small, small_pos = small if positions is not None else (small, None)
     m = small.shape[1]
     first = visual.long().argmax(-1)  # [B] start of each row's span (contiguous placeholders)
@@ -61,6 +72,8 @@ def compress_prompt(embeds, input_ids, attention_mask, placeholder_ids, compress
         out = full.gather(1, src[..., None].expand(-1, -1, full.shape[-1]))
         return torch.where(in_span[..., None], span.gather(1, slot.expand(-1, -1, span.shape[-1])), out)
 
+    if small.shape[-1] != d:
+        raise ValueError(f"compress: expected visual tokens of the drafter's width {d}, got {tuple(small.shape)}")
     out = CompressedPrompt(place(embeds, small.to(embeds.dtype)), attention_mask.gather(1, src))
     if positions is not None:
         out.positions = place(positions, small_pos.round().to(positions.dtype))
@@ -81,6 +94,20 @@ def visual_grid(model, model_kwargs) -> tuple[int, ...] | None:
     return None
 
 
+# Where a compressed drafter's visual tokens come from: the target's prefill, read off the engine's target runner
+# (recorded with keep_features). Each entry: runner -> [B, T, E] over the prompt. "drafter" (its own view) is the
+# default and is not an entry: it needs the drafter's own embedding path.
+TARGET_VIEWS: Registry = Registry("visual source")
+TARGET_VIEWS.register("target-features")(lambda runner: runner.features)  # final-norm hidden states [B, T, H]
+TARGET_VIEWS.register("target-embeds")(lambda runner: runner.prompt_embeds)  # LM input, video features merged
+
+
+def text_embeddings(model, input_ids) -> torch.Tensor:
+    """[B, T, D] the drafter's token embeddings (placeholder slots get the placeholder's embedding: they are
+    replaced by the compressed visual tokens)."""
+    return model.get_input_embeddings()(input_ids)
+
+
 class CompressedDraftSession(ModelDraftSession):
     def __init__(self, drafter: "CompressedVLMDrafter", request: DraftRequest):
         model = drafter.model
@@ -88,7 +115,14 @@ class CompressedDraftSession(ModelDraftSession):
         self.sampling, self.need_probs = request.sampling, request.need_probs
         ids, mask = request.input_ids, request.attention_mask
         positions = self.runner.prompt_positions(ids, mask, request.model_kwargs)  # [B, T] or [3, B, T] (M-RoPE)
-        embeds = prompt_embeddings(model, ids, mask, positions, request.model_kwargs)  # [B, T, D] the drafter's view
+        if drafter.source == "drafter":
+            embeds = prompt_embeddings(model, ids, mask, positions, request.model_kwargs)  # [B, T, D] its own view
+            source = None
+        else:  # the target's view: no vision tower here, the text is embedded by the drafter
+            if request.target_runner is None:
+                raise ValueError(f"CompressedVLMDrafter(source={drafter.source!r}): needs the engine's target runner")
+            source = TARGET_VIEWS.get(drafter.source)(request.target_runner)  # [B, T, E]
+            embeds = text_embeddings(model, ids)  # [B, T, D]
         grid = drafter.grid or visual_grid(model, request.model_kwargs)
 
         def compress(visual_tokens, visual_mask, carry):
@@ -98,10 +132,12 @@ class CompressedDraftSession(ModelDraftSession):
             return drafter.compressor(visual_tokens, drafter.budget, scores=scores, grid=grid, carry=carry)
 
         if self.runner.mrope:  # 3-D rotary positions travel with the visual tokens they belong to
-            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress, positions.permute(1, 2, 0))
+            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress, positions.permute(1, 2, 0),
+                                  visual_source=source)  # fmt: skip
             self.runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=out.positions.permute(2, 0, 1))
         else:  # 1-D positions: the compressed prompt is renumbered contiguously
-            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, lambda v, m, c: compress(v, m, None))
+            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, lambda v, m, c: compress(v, m, None),
+                                  visual_source=source)  # fmt: skip
             self.runner.prefill(None, out.mask, inputs_embeds=out.embeds)
         self.visual_tokens = drafter.budget
         self.carry = ids.new_zeros((ids.shape[0], 0))
@@ -114,10 +150,18 @@ class CompressedVLMDrafter(ModelDrafter):
     "top-k", "merge", "two-stage"); score-based compressors rank tokens by the drafter's own text-to-image
     attention (one eager pass at prefill); or a learned compressor module such as a
     :class:`~mmspec.drafting.query_adaptor.QueryAdaptor` (``budget`` = its query count). ``grid`` = the (h, w) or
-    (t, h, w) visual token grid (default: from ``image_grid_thw`` / ``video_grid_thw``, else square)."""
+    (t, h, w) visual token grid (default: from ``image_grid_thw`` / ``video_grid_thw``, else square).
 
-    def __init__(self, model, compressor="grid-pool", budget: int = 4, grid: tuple[int, ...] | None = None):
+    ``source``: whose visual tokens are compressed: ``"drafter"`` (its own vision tower), or the target's from its
+    prefill, ``"target-features"`` (final-norm hidden states) / ``"target-embeds"`` (LM input embeddings); a target
+    source needs a learned compressor mapping the target's width to the drafter's (a QueryAdaptor with
+    ``input_size`` = the target's hidden size). Default: the compressor's own ``source`` (what a QueryAdaptor was
+    trained on), else ``"drafter"``."""
+
+    def __init__(self, model, compressor="grid-pool", budget: int = 4, grid: tuple[int, ...] | None = None,
+                 source: str | None = None):  # fmt: skip
         super().__init__(model, text_only=False)
+        source = source or getattr(compressor, "source", None) or "drafter"
         if callable(compressor):  # a learned compressor, e.g. a QueryAdaptor
             self.compressor, self.needs_scores = compressor, False
             compressor = type(compressor).__name__
@@ -126,8 +170,16 @@ class CompressedVLMDrafter(ModelDrafter):
             self.needs_scores = compressor in ("top-k", "two-stage")
         if not isinstance(budget, int) or budget < 1:
             raise ValueError(f"budget: expected an int >= 1 (visual tokens the drafter keeps), got {budget!r}")
-        self.budget, self.grid = budget, grid
-        self.name = f"compressed-vlm[{compressor}:{budget}]"
+        if source != "drafter":
+            if source not in TARGET_VIEWS:
+                raise ValueError(f"source: expected 'drafter' or one of {TARGET_VIEWS.names()}, got {source!r}")
+            if not isinstance(self.compressor, torch.nn.Module):
+                raise ValueError(f"source: {source!r} reads the target's visual tokens, which only a learned compressor "
+                                 f"(e.g. a QueryAdaptor with input_size = the target's width) can map to the drafter; "
+                                 f"got compressor {compressor!r}")  # fmt: skip
+        self.budget, self.grid, self.source = budget, grid, source
+        self.needs_target_features = source != "drafter"  # the engine's target runner records its prefill view
+        self.name = f"compressed-vlm[{compressor}:{budget}]" + ("" if source == "drafter" else f"<-{source}")
 
     def start(self, request: DraftRequest) -> CompressedDraftSession:
         return CompressedDraftSession(self, request)

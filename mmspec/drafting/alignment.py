@@ -53,6 +53,10 @@ class TargetOutputs:
     embeds: torch.Tensor  # [B, T, H] the decoder's input embeddings (visual features merged in)
     logits: torch.Tensor  # [B, T, V]
 
+    @property
+    def prompt_embeds(self) -> torch.Tensor:  # the name a ModelRunner uses (TARGET_VIEWS reads either)
+        return self.embeds
+
 
 @torch.no_grad()
 def target_outputs(target, batch: dict) -> TargetOutputs:
@@ -132,11 +136,14 @@ def distill_eagle_head(head, target, batches: Callable[[random.Random], dict], *
     return losses
 
 
-def compressed_forward(drafter, compressor, batch: dict, placeholder_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """The drafter's training forward on a compressed view of ``batch``: its own prompt embeddings with the visual
-    span replaced by ``compressor`` (3-D positions carried along for M-RoPE drafters) -> (logits [B, T', V],
-    labels [B, T'])."""
-    from ..drafters.compressed import compress_prompt
+def compressed_forward(drafter, compressor, batch: dict, placeholder_ids,
+                       visual_source: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The drafter's training forward on a compressed view of ``batch``: its prompt embeddings with the visual span
+    replaced by ``compressor`` (3-D positions carried along for M-RoPE drafters) -> (logits [B, T', V],
+    labels [B, T']). The compressor reads the drafter's own visual tokens, or ``visual_source [B, T, E]`` (the
+    target's view, e.g. its final-norm hidden states): then the drafter embeds only the text (no vision tower),
+    as :class:`~mmspec.drafters.CompressedVLMDrafter` does with a target source."""
+    from ..drafters.compressed import compress_prompt, text_embeddings
     from ..drafters.early_exit import prompt_embeddings
     from ..runner import ModelRunner
 
@@ -144,16 +151,21 @@ def compressed_forward(drafter, compressor, batch: dict, placeholder_ids) -> tup
     kwargs = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask", "labels")}
     runner = ModelRunner(drafter)
     positions = runner.prompt_positions(ids, mask, kwargs)  # [B, T] or [3, B, T]
-    embeds = prompt_embeddings(drafter, ids, mask, positions, kwargs)  # [B, T, D], differentiable
+    if visual_source is None:
+        embeds = prompt_embeddings(drafter, ids, mask, positions, kwargs)  # [B, T, D], differentiable
+    else:
+        embeds = text_embeddings(drafter, ids)  # [B, T, D]
 
     def compress(visual, _mask, carry):
         return compressor(visual, carry=carry) if carry is not None else compressor(visual)
 
     if runner.mrope:
-        out = compress_prompt(embeds, ids, mask, placeholder_ids, compress, positions.permute(1, 2, 0), labels=labels)
+        out = compress_prompt(embeds, ids, mask, placeholder_ids, compress, positions.permute(1, 2, 0), labels=labels,
+                              visual_source=visual_source)  # fmt: skip
         pos = out.positions.permute(2, 0, 1)
     else:
-        out = compress_prompt(embeds, ids, mask, placeholder_ids, lambda v, m, c: compress(v, m, None), labels=labels)
+        out = compress_prompt(embeds, ids, mask, placeholder_ids, lambda v, m, c: compress(v, m, None), labels=labels,
+                              visual_source=visual_source)  # fmt: skip
         pos = (out.mask.cumsum(-1) - 1).clamp_min(0)
     logits = drafter(inputs_embeds=out.embeds, attention_mask=out.mask, position_ids=pos).logits
     return logits, out.labels
@@ -161,22 +173,46 @@ def compressed_forward(drafter, compressor, batch: dict, placeholder_ids) -> tup
 
 def distill_compressed_drafter(drafter, compressor, target, batches: Callable[[random.Random], dict], *, steps: int,
                                lr: float, seed: int, placeholder_ids, alpha: float = 0.5, train_drafter: bool = True,
+                               source: str = "drafter", full_view_weight: float = 0.0,
                                desc: str = "distill compressed drafter") -> list[float]:  # fmt: skip
     """Train a learned ``compressor`` (and, with ``train_drafter``, its ``drafter``) on compressed views:
     ``alpha * CE(labels) + (1 - alpha) * KL(target || drafter)`` at the answer positions. ``batches(rng)`` gives one
     batch both models read. With ``train_drafter=False`` the drafter stays frozen: the adaptor learns to speak the
-    drafter's visual language, and one drafter serves both full and compressed views."""
+    drafter's visual language, and one drafter serves both full and compressed views. ``source``: the visual tokens
+    the compressor reads, the drafter's own (``"drafter"``) or the target's (``"target-features"``: its final-norm
+    hidden states, ``"target-embeds"``: its LM input embeddings), as ``CompressedVLMDrafter(source=...)``.
+
+    ``full_view_weight`` (with ``train_drafter``): also train the drafter on its own full view of the same batch, with
+    this weight on the same objective, so that one drafter serves both views (full and compressed) and stays
+    comparable with itself."""
+    from ..drafters.compressed import TARGET_VIEWS
+
+    if source != "drafter" and source not in TARGET_VIEWS:
+        raise ValueError(f"source: expected 'drafter' or one of {TARGET_VIEWS.names()}, got {source!r}")
+    if full_view_weight < 0 or (full_view_weight and not train_drafter):
+        raise ValueError(f"full_view_weight: expected >= 0, and 0 unless train_drafter, got {full_view_weight!r} "
+                         f"(train_drafter={train_drafter})")  # fmt: skip
     target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
     params = list(compressor.parameters()) + (list(drafter.parameters()) if train_drafter else [])
 
     def loss_fn(rng):
         batch = batches(rng)
-        teacher = target_outputs(target, batch).logits[:, :-1][_answer_rows(batch["labels"])]  # [A, V]
-        logits, labels = compressed_forward(drafter, compressor, batch, placeholder_ids)
+        with torch.no_grad():
+            out = target_outputs(target, batch)
+        teacher = out.logits[:, :-1][_answer_rows(batch["labels"])]  # [A, V]
+        view = None if source == "drafter" else TARGET_VIEWS.get(source)(out)  # [B, T, E]
+        logits, labels = compressed_forward(drafter, compressor, batch, placeholder_ids, visual_source=view)
         student = logits[:, :-1][_answer_rows(labels)]  # [A, V]
         ce = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
         width = min(teacher.shape[-1], student.shape[-1])
-        return alpha * ce + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width])
+        loss = alpha * ce + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width])
+        if full_view_weight:  # the same drafter on its own, uncompressed view of the batch
+            full = drafter(**batch)
+            student = full.logits[:, :-1][_answer_rows(batch["labels"])]  # [A, V]
+            loss = loss + full_view_weight * (alpha * full.loss + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width]))
+        return loss
 
     drafter.train(train_drafter)
     compressor.train()

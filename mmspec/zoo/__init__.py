@@ -79,7 +79,7 @@ class ShapesVideo:
     drafter_vlm: object  # small Qwen2VLForConditionalGeneration
     drafter_text: object  # LlamaForCausalLM (text-only)
     adaptor: object | None  # mmspec.drafting.query_adaptor.QueryAdaptor (None until trained) ...
-    drafter_adaptor: object | None  # ... and the small Qwen2-VL drafter trained to read its 16 query tokens
+    drafter_adaptor: object | None  # ... and the small Qwen2-VL drafter that reads its 16 tokens (drafter_vlm itself)
     eagle: object | None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
 
 
@@ -91,15 +91,18 @@ def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesV
         raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
     load = dict(dtype=dtype, local_files_only=True)
     eagle, adaptor, drafter_adaptor = _load_eagle(path, dtype, device), None, None
-    if (path / "adaptor" / "config.json").exists() and (path / "drafter-adaptor" / "config.json").exists():
+    drafter_vlm = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval()
+    if (path / "adaptor" / "config.json").exists():
         from ..drafting.query_adaptor import QueryAdaptor
 
         adaptor = QueryAdaptor.from_pretrained(path / "adaptor").to(device=device, dtype=dtype).eval()
-        drafter_adaptor = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-adaptor", **load).to(device).eval()
+        drafter_adaptor = drafter_vlm  # trained on both views; an older layout kept a separate copy:
+        if (path / "drafter-adaptor" / "config.json").exists():
+            drafter_adaptor = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-adaptor", **load).to(device).eval()
     return ShapesVideo(
         target=Qwen2VLForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
-        drafter_vlm=Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
+        drafter_vlm=drafter_vlm,
         drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
         adaptor=adaptor,
         drafter_adaptor=drafter_adaptor,
