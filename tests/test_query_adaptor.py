@@ -185,6 +185,31 @@ def test_joint_distillation_on_target_features_lowers_the_loss(llava_trio):
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses[::5]
 
 
+def test_full_view_weight_trains_one_drafter_for_both_views(llava_trio):
+    """With ``full_view_weight`` the drafter also learns on its own full view (the shapes-video recipe ships one
+    drafter for both views this way): its vision tower, which the target-source view never runs, gets trained too;
+    without it the tower stays as it was."""
+    target, small, _ = llava_trio
+    ids, mask, kw = llava_inputs(batch=8, seed=5)
+    labels = ids.clone()
+    labels[:, :6] = -100
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels, **kw}
+    moved = {}
+    for weight in (0.0, 1.0):
+        drafter = type(small)(small.config)
+        tower = [p.detach().clone() for p in drafter.model.vision_tower.parameters()]
+        torch.manual_seed(0)
+        adaptor = QueryAdaptor(small.config.text_config.hidden_size, 2,
+                               input_size=target.config.text_config.hidden_size, source="target-features")  # fmt: skip
+        distill_compressed_drafter(drafter, adaptor, target, lambda rng: batch, steps=3, lr=3e-3, seed=0,
+                                   placeholder_ids=(IMAGE_ID,), source="target-features", full_view_weight=weight)  # fmt: skip
+        moved[weight] = any(not torch.equal(a, b) for a, b in zip(tower, drafter.model.vision_tower.parameters()))
+    assert moved == {0.0: False, 1.0: True}
+    with pytest.raises(ValueError, match="full_view_weight: expected >= 0, and 0 unless train_drafter"):
+        distill_compressed_drafter(small, adaptor, target, lambda rng: batch, steps=1, lr=1e-3, seed=0,
+                                   placeholder_ids=(IMAGE_ID,), train_drafter=False, full_view_weight=1.0)  # fmt: skip
+
+
 def test_save_and_load_keeps_input_size_and_source(tmp_path):
     torch.manual_seed(0)
     adaptor = QueryAdaptor(16, 4, input_size=24, source="target-features").eval()

@@ -211,7 +211,8 @@ def distill_compressed_drafter(drafter, compressor, target, batches: Callable[[r
         if full_view_weight:  # the same drafter on its own, uncompressed view of the batch
             full = drafter(**batch)
             student = full.logits[:, :-1][_answer_rows(batch["labels"])]  # [A, V]
-            loss = loss + full_view_weight * (alpha * full.loss + (1 - alpha) * kl_to_teacher(student[:, :width], teacher[:, :width]))
+            kl = kl_to_teacher(student[:, :width], teacher[:, :width])
+            loss = loss + full_view_weight * (alpha * full.loss + (1 - alpha) * kl)
         return loss
 
     drafter.train(train_drafter)

@@ -3,7 +3,9 @@
 M query vectors cross-attend to the visual tokens (pre-norm multi-head attention + MLP, residual), giving M tokens
 in the drafter's embedding space. The visual tokens are the drafter's own (``input_size`` = its hidden size) or the
 target's, read from the target's prefill (``input_size`` = the target's hidden size; see
-:class:`~mmspec.drafters.CompressedVLMDrafter`'s ``source``): then the drafter runs no vision tower at all. It is a visual token compressor with the registry's call signature, so
+:class:`~mmspec.drafters.CompressedVLMDrafter`'s ``source``): then the drafter runs no vision tower at all.
+
+It is a visual token compressor with the registry's call signature, so
 ``CompressedVLMDrafter(drafter, compressor=adaptor, budget=M)`` uses it like the training-free ones; carried features
 (e.g. 3-D rotary positions) become the attention-weighted mean over the visual tokens each query reads.
 
