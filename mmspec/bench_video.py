@@ -215,14 +215,17 @@ def std_scaling_table(rows, keep: int, k: int) -> str:
 
 
 @torch.inference_mode()
-def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: int = 0) -> dict:
-    """Where drafter set-up time goes on one clip (ms, medians; the first two repetitions are warm-up).
+def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 20, clips: int = 8, others=None) -> dict:
+    """Where drafter set-up time goes (ms per clip, medians over ``reps`` interleaved repetitions after two warm-up
+    ones).
 
-    End to end, as the engine does it (``drafter.start`` right after the target's prefill, which is not counted):
-    the small drafter seeing the full clip, the same drafter with grid pooling to ``budget`` visual tokens, and the
-    query-adaptor drafter (on the target's features when the bundled adaptor reads them). Then the parts: the
-    drafter's vision tower + embedding merge, its LM prefill over the full and the compressed prompt, the grid-pool
-    step, and the adaptor step (text embedding + adaptor + splice)."""
+    End to end, as the engine does it (``drafter.start`` right after the target's prefill, which is not counted),
+    summed over ``clips`` held-out clips: the small drafter seeing the full clip, the same drafter with grid pooling to
+    ``budget`` visual tokens, and the query-adaptor drafter (on the target's features when the bundled adaptor reads
+    them); ``others`` ({label: loaded shapes-video entry}) adds the adaptor drafters of other entries trained on the
+    same target (e.g. an adaptor with another query count), timed in the same loop. Then the parts, on the first
+    clip: the drafter's vision tower + embedding merge, its LM prefill over the full and the compressed prompt, the
+    grid-pool step, and the adaptor step (text embedding + adaptor + splice)."""
     import statistics
     import time
 
@@ -233,20 +236,28 @@ def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: in
     from .runner import ModelRunner
     from .zoo.shapes_video import caption_prompt, make_clip
 
+    if clips < 1 or reps < 1:
+        raise ValueError(f"clips/reps: expected ints >= 1, got clips={clips}, reps={reps}")
     drafter, processor = models.drafter_vlm, models.processor
-    enc = dict(processor(videos=[make_clip(clip, "test").frames_array()], text=[caption_prompt()], return_tensors="pt"))
-    ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
     video_id = processor.tokenizer.convert_tokens_to_ids(processor.video_token)
-    target = ModelRunner(models.target, keep_features=True)
-    target.prefill(ids, mask, **enc)
-    request = DraftRequest(input_ids=ids, attention_mask=mask, model_kwargs=enc, placeholder_ids=(video_id,),
-                           vocab_size=target.vocab_size, target_runner=target)  # fmt: skip
+    requests = []
+    for i in range(clips):
+        enc = dict(processor(videos=[make_clip(i, "test").frames_array()], text=[caption_prompt()], return_tensors="pt"))
+        ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
+        target = ModelRunner(models.target, keep_features=True)
+        target.prefill(ids, mask, **enc)
+        requests.append(DraftRequest(input_ids=ids, attention_mask=mask, model_kwargs=enc, placeholder_ids=(video_id,),
+                                     vocab_size=target.vocab_size, target_runner=target))  # fmt: skip
+    first = requests[0]
+    ids, mask, enc, target = first.input_ids, first.attention_mask, first.model_kwargs, first.target_runner
     starts = {"set-up, full view": ModelDrafter(drafter),
               f"set-up, grid-pool {budget}": CompressedVLMDrafter(drafter, "grid-pool", budget)}  # fmt: skip
     adaptor = getattr(models, "adaptor", None)
-    if adaptor is not None:
-        starts[f"set-up, query adaptor {adaptor.num_queries} ({adaptor.source})"] = CompressedVLMDrafter(
-            models.drafter_adaptor, adaptor, adaptor.num_queries)
+    for label, entry in {"bundled" if others else "": models, **(others or {})}.items():
+        a = getattr(entry, "adaptor", None)
+        if a is not None:
+            name = f"set-up, query adaptor {a.num_queries} ({a.source}{'; ' + label if label else ''})"
+            starts[name] = CompressedVLMDrafter(entry.drafter_adaptor, a, a.num_queries)
     runner = ModelRunner(drafter)
     grid = visual_grid(drafter, enc)
     parts = ["vision tower + merge", "LM prefill, full", "grid-pool step", "LM prefill, grid-pooled"]
@@ -257,8 +268,9 @@ def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 10, clip: in
         lap = {}
         for name, d in starts.items():
             t0 = time.perf_counter()
-            d.start(request)
-            lap[name] = time.perf_counter() - t0
+            for request in requests:
+                d.start(request)
+            lap[name] = (time.perf_counter() - t0) / clips
         t0 = time.perf_counter()
         pos = runner.prompt_positions(ids, mask, enc)
         embeds = prompt_embeddings(drafter, ids, mask, pos, enc)

@@ -72,8 +72,9 @@ def bench_video(args) -> None:
         from .bench_video import drafter_prefill_breakdown
 
         models = models or zoo.load("shapes-video")
-        print("\ndrafter set-up on one clip (ms, medians; compressed drafters keep 16 visual tokens):")
-        for key, value in drafter_prefill_breakdown(models).items():
+        others = {path: zoo.ZOO.get("shapes-video").load(path) for path in args.compare_zoo_path or ()}
+        print("\ndrafter set-up, ms per clip (medians; set-up over 8 clips, parts on the first; grid-pool keeps 16):")
+        for key, value in drafter_prefill_breakdown(models, others=others).items():
             print(f"  {key}: {value}")
         return
     rows, meta = run(clips=args.clips, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
@@ -184,6 +185,9 @@ def main(argv=None) -> None:
                     help="instead: STD draft-step vs dense-step cost at these visual context lengths")  # fmt: skip
     vv.add_argument("--drafter-prefill", action="store_true",
                     help="instead: where the small drafter's set-up time goes (vision, compression, LM prefill)")  # fmt: skip
+    vv.add_argument("--compare-zoo-path", action="append", default=None, metavar="PATH",
+                    help="with --drafter-prefill: also time the adaptor drafter of this shapes-video copy (same "
+                         "target, e.g. another adaptor query count), in the same loop; repeatable")  # fmt: skip
     vv.set_defaults(func=bench_video)
     ia = b.add_parser("image-ar", help="shapes-t2i: plain AR vs SJD / MC-SJD / LANTERN / GSD (speed and quality)")
     ia.add_argument("--per-class", type=int, default=4, help="images per condition (108 conditions)")

@@ -46,11 +46,18 @@ def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
 
 
 def test_bench_video_cost_breakdowns(capsys):
+    from mmspec.zoo import ZOO
+
     main(["bench", "video", "--drafter-prefill"])
     out = capsys.readouterr().out
     assert "LM prefill, grid-pooled" in out and "prompt tokens, compressed: 21" in out
     # the bundled adaptor reads the target's features: its drafter set-up and its parts are reported
-    assert "set-up, query adaptor 16 (target-features)" in out and "LM prefill, adaptor" in out
+    assert "set-up, query adaptor 16 (target-features):" in out and "LM prefill, adaptor" in out
+    other = str(ZOO.get("shapes-video").path)  # another copy's adaptor drafter, timed in the same loop
+    main(["bench", "video", "--drafter-prefill", "--compare-zoo-path", other])
+    out = capsys.readouterr().out
+    assert "set-up, query adaptor 16 (target-features; bundled):" in out
+    assert f"set-up, query adaptor 16 (target-features; {other}):" in out
     main(["bench", "video", "--std-scaling", "64,128"])
     assert "| 128 |" in capsys.readouterr().out
 
