@@ -20,9 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from mmspec import zoo  # noqa: E402
+from mmspec.zoo.shapes_t2i import DEMO_CONDITIONS  # noqa: E402
 
-DEFAULT_CONDITIONS = ("red circle at top left", "blue square at center", "green triangle at bottom right",
-                      "yellow circle at right", "red triangle at top", "blue circle at bottom left")  # fmt: skip
 METHODS = (
     ("plain AR", "plain", {}),
     ("SJD", "sjd", {"window": 16}),
@@ -37,7 +36,7 @@ METHODS = (
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="out/image_ar.png")
-    parser.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS), help="comma-separated captions")
+    parser.add_argument("--conditions", default=",".join(DEMO_CONDITIONS), help="comma-separated captions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cfg-scale", type=float, default=2.0)
     args = parser.parse_args(argv)

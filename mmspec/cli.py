@@ -86,7 +86,7 @@ def bench_video(args) -> None:
 
 def bench_image_ar(args) -> None:
     from . import zoo
-    from .bench_image_ar import bench_image_ar as run, image_ar_table, save_json, save_sweep_plot
+    from .bench_image_ar import bench_image_ar as run, image_ar_table, save_sweep_plot
 
     models = zoo.ZOO.get("shapes-t2i").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-t2i")
     only = args.only.split(",") if args.only else None
@@ -97,18 +97,24 @@ def bench_image_ar(args) -> None:
     print(image_ar_table(rows))
     print(f"\nplain-AR runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
           f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
+    _write_outputs(args, rows, meta, save_sweep_plot, "sweep plot")
+
+
+def _write_outputs(args, rows, meta, save_plot, plot_name: str) -> None:
+    """--json rows and --plot figure of a quality bench (image-ar, diffusion)."""
+    from .bench_image_ar import save_json
+
     if args.json:
         save_json(rows, args.json, meta)
         print(f"rows written to {args.json}")
     if args.plot:
-        save_sweep_plot(rows, args.plot, meta)
-        print(f"sweep plot written to {args.plot}")
+        save_plot(rows, args.plot, meta)
+        print(f"{plot_name} written to {args.plot}")
 
 
 def bench_diffusion(args) -> None:
     from . import zoo
     from .bench_diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
-    from .bench_image_ar import save_json
 
     models = zoo.ZOO.get("shapes-ddpm").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-ddpm")
     only = args.only.split(",") if args.only else None
@@ -121,12 +127,7 @@ def bench_diffusion(args) -> None:
     print(diffusion_table(rows))
     print(f"\nplain runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
           f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
-    if args.json:
-        save_json(rows, args.json, meta)
-        print(f"rows written to {args.json}")
-    if args.plot:
-        save_lookahead_plot(rows, args.plot, meta)
-        print(f"lookahead plot written to {args.plot}")
+    _write_outputs(args, rows, meta, save_lookahead_plot, "lookahead plot")
 
 
 def bench_verifiers(args) -> None:

@@ -84,6 +84,8 @@ class Condition:
 
 NUM_CLASSES = len(SHAPES) * len(COLORS) * 9
 ALL_CONDITIONS = tuple(Condition.from_label(i) for i in range(NUM_CLASSES))
+DEMO_CONDITIONS = ("red circle at top left", "blue square at center", "green triangle at bottom right",
+                   "yellow circle at right", "red triangle at top", "blue circle at bottom left")  # the demos' default
 
 # Vocabulary of the AR models: codes 0..127, then shape / colour / position tokens, then the null condition.
 SHAPE_BASE = CODEBOOK
