@@ -29,6 +29,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
 	$(VPY) -m mmspec.cli bench video --json bench-video.json --plot docs/bench-video.png
+	$(VPY) -m mmspec.cli bench video --long --reps 3 --json bench-video-long.json --plot docs/bench-video-long.png
 	$(VPY) -m mmspec.cli bench image-ar --json bench-image-ar.json --plot docs/bench-image-ar-sweep.png
 	$(VPY) -m mmspec.cli bench diffusion --json bench-diffusion.json --plot docs/bench-diffusion-lookahead.png
 

@@ -14,7 +14,8 @@ speeds up. Methods:
   (own draft cache, and drafting in the target's cache with verification reusing the draft layers' KV); prompt
   lookup;
 - Hugging Face peers: assisted generation with the same small drafter / text-only drafter (constant K and HF
-  defaults) and prompt lookup decoding. For HF rows, "prefill" is the target's first forward (HF's prompt pass).
+  defaults) and prompt lookup decoding. For HF rows, "prefill" is the time to the end of the target's first forward
+  (generate's set-up, the vision encoding it runs before that forward, and the prompt pass).
 """
 
 from __future__ import annotations
@@ -129,6 +130,68 @@ def bench_video(*, clips: int = 8, reps: int = 5, max_new_tokens: int = 64, json
     return rows, meta
 
 
+def long_video_methods(models, max_new_tokens: int, keeps=(16, 64), ks=(3, 5)):
+    """STD on long clips: plain decoding, STD with batch-aligned commits (first keep, last K) and with per-row commits
+    (every keep and K), and HF assisted generation with the shapes-video small drafter where HF supports it (batch 1
+    only: dropped and reported otherwise)."""
+    target = models.target
+    r = Runners(target, models.processor, max_new_tokens, speculator_cls=VideoSpeculator)
+    configs = [("aligned", keeps[0], ks[-1])] + [("independent", keep, k) for keep in keeps for k in ks]
+    methods = [Method("plain greedy (HF generate)", "ar", "none", True, r.hf())]
+    for rows, keep, k in configs:
+        methods.append(Method(f"mmspec STD keep {keep} K={k}, rows {rows}", "mmspec", "std", True,
+                              r.mm(STDDrafter(target, keep=keep), num_draft_tokens=k, rows=rows),
+                              {"K": k, "visual_tokens": keep, "rows": rows}))  # fmt: skip
+    if getattr(models, "drafter_vlm", None) is not None:
+        methods.append(Method(f"HF assisted small video-LM K={ks[-1]}", "hf", "small-vlm", True,
+                              r.hf_assisted(models.drafter_vlm, num_assistant_tokens=ks[-1],
+                                            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
+                              {"K": ks[-1]}))  # fmt: skip
+    return methods
+
+
+def bench_video_long(*, clips: int = 16, batch: int = 16, slowdown: int = 16, reps: int = 3, max_new_tokens: int = 64,
+                     keeps=(16, 64), ks=(3, 5), json_path=None, plot_path=None, progress: bool = True,
+                     models=None, drafter=None):  # fmt: skip
+    """STD where it pays: ``clips`` held-out clips rendered ``slowdown`` times slower (8 * slowdown frames, 64 *
+    slowdown video tokens), captioned ``batch`` at a time by the ``shapes-video-long`` target (the shapes-video target
+    fine-tuned on long clips). ``drafter``: a small video LM for the HF assisted peer (default: shapes-video's)."""
+    from types import SimpleNamespace
+
+    from . import zoo
+    from .zoo.shapes_video import caption_prompt, make_clip
+
+    if clips < 1 or reps < 1 or batch < 1 or clips % batch:
+        raise ValueError(f"clips/batch/reps: expected ints >= 1 with clips a multiple of batch, got clips={clips}, "
+                         f"batch={batch}, reps={reps}")  # fmt: skip
+    models = models or zoo.load("shapes-video-long")
+    if drafter is None:
+        drafter = zoo.load("shapes-video").drafter_vlm
+    processor = models.processor
+    frames = [make_clip(i, "test").frames_array(slowdown=slowdown) for i in range(clips)]
+    inputs = [dict(processor(videos=frames[i : i + batch], text=[caption_prompt()] * batch, padding=True,
+                             return_tensors="pt")) for i in range(0, clips, batch)]  # fmt: skip
+    methods = long_video_methods(SimpleNamespace(target=models.target, processor=processor, drafter_vlm=drafter),
+                                 max_new_tokens, keeps, ks)  # fmt: skip
+    with torch.inference_mode():
+        methods, skipped = drop_unsupported(methods, inputs)
+        seconds, results, phases = run_interleaved(methods, inputs, reps, progress)
+    rows = summarise(methods, seconds, results, processor.tokenizer.pad_token_id, phases)
+    visual = int((inputs[0]["input_ids"][0] == processor.tokenizer.convert_tokens_to_ids(processor.video_token)).sum())
+    texts = [t for r in results[methods[0].name] for t in processor.tokenizer.batch_decode(r.new_tokens,
+                                                                                           skip_special_tokens=True)]
+    correct = sum(t.strip() == make_clip(i, "test").caption() for i, t in enumerate(texts))
+    meta = {"benchmark": "video-long", "zoo": "shapes-video-long", "task": "greedy captioning of long held-out clips",
+            "clips": clips, "batch": batch, "slowdown": slowdown, "frames_per_clip": int(frames[0].shape[0]),
+            "reps": reps, "max_new_tokens": max_new_tokens, "visual_tokens_per_clip": visual,
+            "caption_accuracy": round(correct / clips, 3), "machine": machine_description(), "skipped": skipped}  # fmt: skip
+    if json_path:
+        save_json(rows, json_path, meta)
+    if plot_path:
+        save_plot(rows, plot_path, f"shapes-video-long: STD on {slowdown}x clips, batch {batch} (median of {reps} reps)")
+    return rows, meta
+
+
 def video_table(rows, visual_per_clip: int) -> str:
     lines = ["| method | drafter visual tokens | mean accepted tokens | tokens/s | prefill ms (drafter) | decode ms | "
              "speedup vs plain | speedup vs HF | identical to plain |",
@@ -147,23 +210,28 @@ def video_table(rows, visual_per_clip: int) -> str:
 
 
 def print_report(rows, meta) -> None:
+    batch = f", batch {meta['batch']}, {meta['frames_per_clip']} frames per clip" if "batch" in meta else ""
     print(f"\nmmspec bench video — {meta['task']}, {meta['clips']} clips ({meta['visual_tokens_per_clip']} visual tokens "
-          f"each), {meta['reps']} interleaved repetitions, max_new_tokens={meta['max_new_tokens']}\n"
+          f"each{batch}), {meta['reps']} interleaved repetitions, max_new_tokens={meta['max_new_tokens']}\n"
           f"machine: {meta['machine']}\n")  # fmt: skip
+    if "caption_accuracy" in meta:
+        print(f"plain decoding's exact-match caption accuracy on these clips: {meta['caption_accuracy']:.0%}\n")
     print(video_table(rows, meta["visual_tokens_per_clip"]))
     for name, why in meta.get("skipped", {}).items():
         print(f"\nskipped {name}: not supported by the peer library here ({why})")
 
 
 @torch.inference_mode()
-def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int = 5, reps: int = 7, text: int = 8):
+def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int = 5, reps: int = 7, text: int = 8,
+                batch: int = 1):  # fmt: skip
     """Where STD pays off: per-token cost of STD's sparse draft forward vs the dense forward, as the visual context
     grows (synthetic visual embeddings of the target's scale; the timing does not depend on their content).
 
     Returns rows {visual_tokens, dense_ms, sparse_ms, verify_ms, draft_cost_ratio, break_even_accepted}: one
     single-token forward over the full cache (plain decoding's step), the same over the sparse view (``keep`` visual
     entries per layer + text), and one (K+1)-token verification forward. ``break_even_accepted`` = the tokens a round
-    must commit for STD to match plain decoding: (K * sparse + verify) / dense.
+    must commit for STD to match plain decoding: (K * sparse + verify) / dense. ``batch`` rows decode together (the
+    KV read grows with the batch, a step's fixed cost does not).
     """
     import statistics
     import time
@@ -177,19 +245,19 @@ def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int =
     g = torch.Generator().manual_seed(0)
     for n in contexts:
         t = n + text
-        embeds = (torch.randn(1, t, embed.shape[1], generator=g) * scale).to(embed.dtype)
-        mask = torch.ones(1, t, dtype=torch.long)
-        pos = torch.arange(t)[None, None].expand(3, 1, t) if ModelRunner(target).mrope else torch.arange(t)[None]
+        embeds = (torch.randn(batch, t, embed.shape[1], generator=g) * scale).to(embed.dtype)
+        mask = torch.ones(batch, t, dtype=torch.long)
+        pos = torch.arange(t)[None, None].expand(3, batch, t) if ModelRunner(target).mrope else torch.arange(t)[None].expand(batch, t)
         dense = ModelRunner(target)
         dense.prefill(None, mask, inputs_embeds=embeds, position_ids=pos)
-        visual = torch.zeros(1, t, dtype=torch.bool)
+        visual = torch.zeros(batch, t, dtype=torch.bool)
         visual[:, :n] = True
         layers = len(dense.cache.layers)
-        scores = torch.rand(layers, 1, n, generator=g)
+        scores = torch.rand(layers, batch, n, generator=g)
         sparse = ModelRunner(target)
         sparse.prefill_from(dense, index=sparse_kv_index(visual, scores, min(keep, n)))
-        token = torch.tensor([[5]])
-        block = torch.full((1, k + 1), 5)
+        token = torch.full((batch, 1), 5)
+        block = torch.full((batch, k + 1), 5)
         timings = {"dense": [], "sparse": [], "verify": []}
         for _ in range(reps + 1):  # the first repetition is a warm-up
             for name, runner, ids in (("dense", dense, token), ("sparse", sparse, token), ("verify", dense, block)):

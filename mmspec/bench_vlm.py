@@ -29,21 +29,19 @@ from .modalities.vlm import VLMSpeculator
 
 
 class ForwardCounter:
-    """Counts calls of a module's forward (the target's verification forwards under HF generate) and times the first
-    call after each reset (the prompt pass: HF's prefill)."""
+    """Counts calls of a module's forward (the target's verification forwards under HF generate) and times the
+    first call after each reset from the reset on: HF's time to the first token, with what ``generate`` does before
+    its first forward (set-up, position ids, and in recent transformers the vision encoding, which it runs before
+    and outside the model's forward)."""
 
     def __init__(self, module):
         self.count = 0
         self.first_seconds: float | None = None
         self._t0 = 0.0
-        self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._hook)]
+        self.handles = [module.register_forward_hook(self._hook)]
 
     def reset(self) -> None:
-        self.count, self.first_seconds = 0, None
-
-    def _pre(self, *_):
-        if self.count == 0:
-            self._t0 = time.perf_counter()
+        self.count, self.first_seconds, self._t0 = 0, None, time.perf_counter()
 
     def _hook(self, *_):
         if self.count == 0:
@@ -67,7 +65,7 @@ def assistant_settings(model, **values):
 
 class Runners:
     """Builders of ``Method.run`` callables for one target: plain/HF ``generate`` (with a forward counter that also
-    times HF's prompt pass), HF assisted generation with per-call assistant settings, and mmspec speculators."""
+    times HF's time to the first token), HF assisted generation with per-call assistant settings, and mmspec speculators."""
 
     def __init__(self, target, processor, max_new_tokens: int, speculator_cls=VLMSpeculator):
         self.target, self.processor, self.max_new_tokens = target, processor, max_new_tokens
@@ -79,7 +77,7 @@ class Runners:
             self.counter.reset()
             out = self.target.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens, **kwargs)
             new = out[:, enc["input_ids"].shape[1] :]
-            # HF's first call prefills and verifies at once; its duration is reported as HF's prefill
+            # HF's first call prefills and verifies at once; the time up to its end is reported as HF's prefill
             return RunResult(new, new.shape[1], self.counter.count, self.counter.first_seconds)
 
         return run

@@ -65,8 +65,10 @@ def bench_video(args) -> None:
 
         models = models or zoo.load("shapes-video")
         contexts = tuple(int(c) for c in args.std_scaling.split(","))
-        print("\nSTD cost model: one decode step, dense vs sparse view, shapes-video target (synthetic contexts)\n")
-        print(std_scaling_table(std_scaling(models.target, contexts, keep=16, k=5), keep=16, k=5))
+        batch = args.batch or 1
+        print(f"\nSTD cost model: one decode step, dense vs sparse view, shapes-video target (synthetic contexts, "
+              f"batch {batch})\n")  # fmt: skip
+        print(std_scaling_table(std_scaling(models.target, contexts, keep=16, k=5, batch=batch), keep=16, k=5))
         return
     if args.drafter_prefill:
         from .bench_video import drafter_prefill_breakdown
@@ -77,8 +79,16 @@ def bench_video(args) -> None:
         for key, value in drafter_prefill_breakdown(models, others=others).items():
             print(f"  {key}: {value}")
         return
-    rows, meta = run(clips=args.clips, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
-                     plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
+    if args.long:
+        from .bench_video import bench_video_long
+
+        long_models = zoo.ZOO.get("shapes-video-long").load(args.long_zoo_path) if args.long_zoo_path else None
+        rows, meta = bench_video_long(clips=args.clips or 16, batch=args.batch or 16, slowdown=args.slowdown, reps=args.reps,
+                                      max_new_tokens=args.max_new_tokens, json_path=args.json, plot_path=args.plot,
+                                      models=long_models, drafter=models.drafter_vlm if models else None)  # fmt: skip
+    else:
+        rows, meta = run(clips=args.clips or 8, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
+                         plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
     print_report(rows, meta)
     if args.json:
         print(f"\nrows written to {args.json}")
@@ -175,7 +185,7 @@ def main(argv=None) -> None:
     v.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
     v.set_defaults(func=bench)
     vv = b.add_parser("video", help="shapes-video: plain greedy vs mmspec drafters (STD, EAGLE, compression) vs HF")
-    vv.add_argument("--clips", type=int, default=8, help="held-out clips to caption")
+    vv.add_argument("--clips", type=int, default=None, help="held-out clips to caption (8; with --long: 16)")
     vv.add_argument("--reps", type=int, default=5, help="interleaved timed repetitions (after one warm-up)")
     vv.add_argument("--max-new-tokens", type=int, default=64)
     vv.add_argument("--only", default=None, help="run only methods whose name contains this (plus plain decoding)")
@@ -189,6 +199,13 @@ def main(argv=None) -> None:
     vv.add_argument("--compare-zoo-path", action="append", default=None, metavar="PATH",
                     help="with --drafter-prefill: also time the adaptor drafter of this shapes-video copy (same "
                          "target, e.g. another adaptor query count), in the same loop; repeatable")  # fmt: skip
+    vv.add_argument("--long", action="store_true",
+                    help="instead: STD on long clips (shapes-video-long target, clips rendered --slowdown times "
+                         "slower, --batch clips per call), plain vs STD with aligned and per-row commits")  # fmt: skip
+    vv.add_argument("--slowdown", type=int, default=16, help="with --long: frames per event step (16: 1,024 video tokens)")
+    vv.add_argument("--batch", type=int, default=None,
+                    help="with --long: clips captioned per call (16); with --std-scaling: rows per step (1)")
+    vv.add_argument("--long-zoo-path", default=None, help="with --long: load shapes-video-long from here")
     vv.set_defaults(func=bench_video)
     ia = b.add_parser("image-ar", help="shapes-t2i: plain AR vs SJD / MC-SJD / LANTERN / GSD (speed and quality)")
     ia.add_argument("--per-class", type=int, default=4, help="images per condition (108 conditions)")

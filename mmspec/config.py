@@ -9,6 +9,9 @@ from .sampling import SamplingParams
 from .tree import TreeSpec
 
 
+ROW_COMMITS = ("aligned", "independent")  # how a batch's rows commit each round (SpecConfig.rows)
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     num_draft_tokens: int = 4  # K: draft length (the starting length for adaptive policies)
@@ -24,6 +27,10 @@ class SpecConfig:
     tree: tuple[int, ...] | None = None  # token tree: children per depth, e.g. (3, 2, 1); None = a chain
     eos_token_id: int | list[int] | None = None
     seed: int | None = None
+    # batches: "aligned" commits the same n + 1 tokens on every row (n = the smallest accepted length; any drafter);
+    # "independent" commits each row's own accepted drafts + 1 (chains, drafters whose sessions implement
+    # accept_rows: ModelDrafter, STDDrafter), so one row's early rejection no longer holds back the others
+    rows: str = "aligned"
 
     def __post_init__(self):
         k = self.num_draft_tokens
@@ -34,6 +41,10 @@ class SpecConfig:
         if not isinstance(self.max_draft_tokens, int) or self.max_draft_tokens < k:
             raise ValueError(f"max_draft_tokens: expected an int >= num_draft_tokens ({k}), got {self.max_draft_tokens!r}")
         self.sampling  # validates temperature / top_k / top_p
+        if self.rows not in ROW_COMMITS:
+            raise ValueError(f"rows: expected one of {list(ROW_COMMITS)}, got {self.rows!r}")
+        if self.rows == "independent" and self.tree is not None:
+            raise ValueError("rows: 'independent' commits token chains per row; drop `tree` or use rows='aligned'")
         if self.tree is not None:
             TreeSpec(tuple(self.tree))  # validates the shape
 

@@ -3,11 +3,14 @@
 Read top to bottom in :meth:`SpeculativeEngine.generate`. Notation as in the papers: ``x_t`` the pending token
 (committed, not yet scored by the target), ``d_1..d_K`` the draft, ``p`` / ``q`` target / draft distributions.
 
-Batches: every row drafts K tokens and is verified independently; the engine then commits the same number
-``n + 1`` of tokens on every row, with ``n`` the smallest accepted length among unfinished rows. Rows that
-accepted more keep their own accepted draft token at position n + 1 instead of the correction. Stopping a
-row's round early at a point chosen independently of its own token values keeps speculative sampling exact
-(it is a round with a shorter draft), and it keeps all caches rectangular.
+Batches: every row drafts K tokens and is verified independently. By default (``rows="aligned"``) the engine
+then commits the same number ``n + 1`` of tokens on every row, with ``n`` the smallest accepted length among
+unfinished rows. Rows that accepted more keep their own accepted draft token at position n + 1 instead of the
+correction. Stopping a row's round early at a point chosen independently of its own token values keeps speculative
+sampling exact (it is a round with a shorter draft), and it keeps all caches rectangular. With
+``rows="independent"`` every row commits its own ``n_b + 1`` tokens: the target's rejected entries stay in its
+cache as masked holes (:meth:`ModelRunner.commit_rows`) and the drafter session rolls back per row
+(``accept_rows``), so a batch no longer advances at the pace of its worst row.
 """
 
 from __future__ import annotations
@@ -94,14 +97,21 @@ class SpeculativeEngine:
         ))  # fmt: skip
         stats.prefill_seconds = time.perf_counter() - t_start
         stats.draft_prefill_seconds = time.perf_counter() - t_draft
-        generated = [x_t[:, None]]
-        n_new = 1
-        finished = torch.isin(x_t, eos)  # [B]
+        per_row = cfg.rows == "independent"
+        b = x_t.shape[0]
+        spare = cfg.max_new_tokens + cfg.max_draft_tokens + 1  # a column that takes the writes of unused slots
+        out = torch.full((b, spare + 1), self.pad_token_id, dtype=torch.long, device=device)  # [B, S] tokens so far
+        out[:, 0] = x_t
+        n_new = torch.ones(b, dtype=torch.long, device=device)  # [B] tokens generated per row
+        finished = torch.isin(x_t, eos) | (n_new >= cfg.max_new_tokens)  # [B]
 
-        while n_new < cfg.max_new_tokens and not bool(finished.all()):
+        while not bool(finished.all()):
             # propose: K drafts after x_t (never more than still fit under max_new_tokens)
             t0 = time.perf_counter()
-            room = cfg.max_new_tokens - n_new - 1
+            if per_row:  # the slowest row sets the room; rows that overshoot max_new_tokens are trimmed at the end
+                room = max(1, cfg.max_new_tokens - int(n_new[~finished].min()) - 1)
+            else:
+                room = cfg.max_new_tokens - int(n_new[~finished].max()) - 1
             draft_forwards_before = session.forwards
             if tree is not None and tree.depth <= room:
                 proposal = session.propose_tree(x_t, tree, generator)
@@ -120,32 +130,46 @@ class SpeculativeEngine:
             # verify: accepted prefix length and correction/bonus token per row
             verdict = verifier.verify(proposal, scores, generator)
             accepted = verdict.num_accepted  # [B]
-            n = int(accepted[~finished].min()) if bool((~finished).any()) else 0
 
-            # commit: n drafts + one token on every row; rollback the rest from both caches
+            # commit: per row, n_b drafts + one token (aligned: the same n on every row); roll back the rest
             if proposal.is_tree:
                 path = verdict.path  # [B, depth] accepted nodes, root first
                 d = d.gather(1, path.clamp_min(0))  # [B, depth] tokens along each row's path
             d_ext = torch.cat([d, verdict.next_tokens[:, None]], dim=1)  # [B, K+1]
-            last = torch.where(accepted > n, d_ext[:, n], verdict.next_tokens)  # [B]
-            emitted = torch.cat([d[:, :n], last[:, None]], dim=1)  # [B, n+1]
-            if proposal.is_tree:
-                keep = torch.cat([torch.zeros_like(path[:, :1]), path[:, :n] + 1], dim=1)  # x_t + accepted nodes
-                target.commit(keep)
-                session.accept(n, emitted, path[:, :n])
+            if per_row:
+                n_b = accepted.masked_fill(finished, 0)  # [B]
+                target.commit_rows(1 + n_b, compact=False)  # x_t + accepted drafts; the STD view indexes this cache
+                session.accept_rows(n_b)
+                emitted = d_ext.scatter(1, n_b[:, None], verdict.next_tokens[:, None])  # [B, K+1]: d_1..d_n, token
+                policy.update(k, int(n_b[~finished].min()))
             else:
-                target.commit(1 + n)
-                session.accept(n, emitted)
-            policy.update(k, n)
-            emitted = emitted.masked_fill(finished[:, None], self.pad_token_id)
-            finished = finished | torch.isin(emitted, eos).any(-1)
-            generated.append(emitted)
-            n_new += n + 1
-            x_t = emitted[:, -1]
-            stats.rounds.append(RoundStats(k, accepted.tolist(), n + 1, session.forwards - draft_forwards_before,
-                                           t1 - t0, time.perf_counter() - t1))  # fmt: skip
+                n = int(accepted[~finished].min()) if bool((~finished).any()) else 0
+                n_b = torch.full_like(accepted, n)
+                last = torch.where(accepted > n, d_ext[:, n], verdict.next_tokens)  # [B]
+                emitted = torch.cat([d[:, :n], last[:, None]], dim=1)  # [B, n+1]
+                if proposal.is_tree:
+                    keep = torch.cat([torch.zeros_like(path[:, :1]), path[:, :n] + 1], dim=1)  # x_t + accepted nodes
+                    target.commit(keep)
+                    session.accept(n, emitted, path[:, :n])
+                else:
+                    target.commit(1 + n)
+                    session.accept(n, emitted)
+                policy.update(k, n)
+            new = torch.arange(emitted.shape[1], device=device)[None] <= n_b[:, None]  # [B, width] emitted entries
+            new &= ~finished[:, None]
+            emitted = emitted.masked_fill(~new, self.pad_token_id)
+            slots = n_new[:, None] + torch.arange(emitted.shape[1], device=device)[None]  # [B, width]
+            out.scatter_(1, torch.where(new, slots, spare), emitted)  # each row's new tokens after its own
+            out[:, spare] = self.pad_token_id
+            stats.rounds.append(RoundStats(k, accepted.tolist(), float((n_b + 1)[~finished].float().mean()),
+                                           session.forwards - draft_forwards_before, t1 - t0,
+                                           time.perf_counter() - t1))  # fmt: skip
+            finished = finished | (torch.isin(emitted, eos) & new).any(-1)
+            n_new = n_new + new.sum(1)
+            finished = finished | (n_new >= cfg.max_new_tokens)
+            x_t = emitted.gather(1, n_b[:, None]).squeeze(1)
 
-        new_tokens = trim_after_eos(torch.cat(generated, dim=1)[:, : cfg.max_new_tokens], eos, self.pad_token_id)
+        new_tokens = trim_after_eos(out[:, : int(n_new.max().clamp_max(cfg.max_new_tokens))], eos, self.pad_token_id)
         stats.target_forwards = target.forwards
         stats.draft_forwards = session.forwards
         stats.new_tokens = new_tokens.shape[1]

@@ -57,6 +57,15 @@ def eager_attention(model):
         model.set_attn_implementation(old)
 
 
+def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """[B] position of the first token after a left-padded prompt: its last token's position + 1, as Hugging Face
+    ``generate`` continues. With M-RoPE ([3, B, T]) a text token has one position on all three axes; it is not the
+    prompt's largest position when a video has more temporal patches than spatial ones (Qwen2-VL places the text
+    after a video at its start + max(h, w), while its temporal positions run to start + t - 1)."""
+    last = position_ids[..., -1]  # [B], or [3, B]
+    return (last.amax(0) if position_ids.dim() == 3 else last) + 1
+
+
 @dataclass
 class LayerReuse:
     """Verification inputs an early-exit draft already computed (see :meth:`ModelRunner.extend`)."""
@@ -181,7 +190,7 @@ class ModelRunner:
         position_ids = self.prompt_positions(input_ids, attention_mask, model_kwargs)
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
-        self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
+        self.next_pos = next_positions(position_ids)  # [B]
         self._reset_tentative()
         logits = self._forward(input_ids, attention_mask if self.padded else None, position_ids, logits_to_keep=1,
                                **model_kwargs)  # fmt: skip
@@ -225,6 +234,7 @@ class ModelRunner:
                 src = other.cache.layers[i]
                 self.cache.update(src.keys[:, :, start:end], src.values[:, :, start:end], i)
             self.mask = torch.cat([self.mask, other.mask[:, start:end]], dim=1)
+            self.padded = self.padded or not bool(other.mask[:, start:end].all())  # holes of per-row commits
         self.next_pos = other.next_pos.clone()
 
     def _prefill_embeds(self, inputs_embeds, attention_mask, position_ids=None):
@@ -237,7 +247,7 @@ class ModelRunner:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
-        self.next_pos = position_ids.amax(dim=(0, 2) if position_ids.dim() == 3 else 1) + 1  # [B]
+        self.next_pos = next_positions(position_ids)  # [B]
         self._reset_tentative()
         out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
@@ -371,12 +381,13 @@ class ModelRunner:
         self.next_pos = self.next_pos + n
         self._reset_tentative()
 
-    def commit_rows(self, keep: torch.Tensor) -> None:
+    def commit_rows(self, keep: torch.Tensor, compact: bool = True) -> None:
         """Commit a different prefix of a tentative chain on every row: ``keep [B]`` tokens, 0..pending.
 
         Rows advance independently (Jacobi decoding of a batch): the rejected entries stay in the cache as holes
         that the attention mask hides, each row's positions advance by its own count, and :meth:`compact_holes`
-        squeezes the holes out once they pile up. Chains only."""
+        squeezes the holes out once they pile up (``compact=False``: never here, for a cache whose positions others
+        index, e.g. the target's cache under an STD draft view). Chains only."""
         if not self.is_chain:
             raise ValueError("commit_rows: per-row commits take a chain of tentative tokens, got a tree")
         keep = keep.to(self.device)
@@ -389,7 +400,7 @@ class ModelRunner:
         self.next_pos = self.next_pos + block.long().sum(1)
         self.padded = self.padded or bool((~block).any())
         self._reset_tentative()
-        if self.length - int(self.mask.sum(1).min()) > max(64, self.length // 2):
+        if compact and self.length - int(self.mask.sum(1).min()) > max(64, self.length // 2):
             self.compact_holes()
 
     def compact_holes(self) -> None:

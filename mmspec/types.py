@@ -49,7 +49,8 @@ class Verdict:
 class RoundStats:
     draft_len: int  # K proposed this round
     accepted: list[int]  # per row: draft tokens accepted by the verifier
-    committed: int  # tokens committed per row this round (batch-aligned, bonus/correction included)
+    committed: float  # tokens committed per row this round (bonus/correction included): the same on every row when
+    # rows commit aligned, the mean over the rows still running when they commit independently
     draft_forwards: int
     draft_seconds: float
     verify_seconds: float

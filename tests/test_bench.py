@@ -45,6 +45,25 @@ def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
     assert rows["mmspec STD keep 16 K=5"]["params"]["visual_tokens"] == 16
 
 
+def test_bench_video_long_cli_on_bundled_models(tmp_path, capsys):
+    """`mmspec bench video --long` on the bundled shapes-video-long target (2 clips at 2x, one batch): plain vs STD
+    with aligned and per-row commits, identical to plain; HF assisted generation (batch 1 only) is reported as
+    skipped at batch 2."""
+    out = tmp_path / "long.json"
+    main(["bench", "video", "--long", "--clips", "2", "--batch", "2", "--slowdown", "2", "--reps", "1",
+          "--max-new-tokens", "16", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "batch 2, 16 frames per clip" in printed and "caption accuracy" in printed
+    data = json.loads(out.read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    assert data["meta"]["visual_tokens_per_clip"] == 128 and data["meta"]["slowdown"] == 2
+    assert {"mmspec STD keep 16 K=5, rows aligned", "mmspec STD keep 16 K=5, rows independent",
+            "mmspec STD keep 64 K=5, rows independent"} <= set(rows)  # fmt: skip
+    for r in rows.values():
+        assert r["identical_to_ar"] is True, r["method"]
+    assert "HF assisted small video-LM K=5" in data["meta"]["skipped"]
+
+
 def test_bench_video_cost_breakdowns(capsys):
     from mmspec.zoo import ZOO
 

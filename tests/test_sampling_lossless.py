@@ -109,3 +109,12 @@ def test_eagle_and_shared_kv_early_exit_sampling_match_target(models):
     for drafter in (EagleDrafter(target, EagleHead.for_target(target).eval()), EarlyExitDrafter(target, 1, share_kv=True)):
         p = chi2_pvalue(empirical(target, drafter, params), probs)
         assert p > 1e-3, f"{drafter.name}: p-value {p:.2e}, sampled output does not follow the target distribution"
+
+
+@pytest.mark.parametrize("drafter", ["close", "far"])
+def test_independent_rows_sampling_matches_target(models, drafter):
+    """Rows committing their own accepted lengths (rows="independent") keep every row's law exact."""
+    params = SamplingParams(1.0)
+    probs = exact_joint(models["target"], params)
+    p = chi2_pvalue(empirical(models["target"], models[drafter], params, rows="independent"), probs)
+    assert p > 1e-3, f"p-value {p:.2e}: sampled output does not follow the target distribution"

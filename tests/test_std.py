@@ -112,7 +112,8 @@ def test_std_cost_model_rows(qwen_pair, llava_trio):
     from mmspec.bench_video import std_scaling, std_scaling_table
 
     for target in (qwen_pair[0], llava_trio[0]):  # M-RoPE and 1-D positions
-        rows = std_scaling(target, contexts=(16, 32), keep=4, k=2, reps=1)
-        assert [r["visual_tokens"] for r in rows] == [16, 32]
-        assert all(r["dense_ms"] > 0 and r["sparse_ms"] > 0 and r["break_even_accepted"] > 0 for r in rows)
+        for batch in (1, 3):
+            rows = std_scaling(target, contexts=(16, 32), keep=4, k=2, reps=1, batch=batch)
+            assert [r["visual_tokens"] for r in rows] == [16, 32]
+            assert all(r["dense_ms"] > 0 and r["sparse_ms"] > 0 and r["break_even_accepted"] > 0 for r in rows)
     assert "| 32 |" in std_scaling_table(rows, keep=4, k=2)

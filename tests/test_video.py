@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from tests.helpers.tiny_video import onevision_video, qwen2vl_video, random_clip
 
-from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter
+from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from mmspec.modalities.video import VideoSpeculator, load_frames, read_video, sample_indices, write_video
 
 NEW = 12
@@ -108,6 +108,37 @@ def test_qwen2vl_video_greedy_identity(qwen_video, name, cfg):
                "early-exit": lambda: EarlyExitDrafter(target, 1), "ngram": NgramDrafter}[name]()  # fmt: skip
     clips = [random_clip(seed=0), random_clip(seed=1)]  # two prompts of different length: left padding
     _check_identity(target, processor, drafter, clips, **cfg)
+
+
+def test_qwen2vl_long_clip_decode_positions(qwen_video):
+    """A clip with more temporal patches than spatial ones (24 frames of 64 px: t = 12 > h = w = 4): Qwen2-VL puts
+    the text after the video at its start + max(h, w), below the largest temporal position, and HF ``generate``
+    continues from the prompt's last position. The runner's decode logits equal HF's step by step (decoding from the
+    largest position + 1 instead shifts every decode position and fails this)."""
+    from mmspec.runner import ModelRunner
+
+    target, processor, small, _ = qwen_video
+    spec = VideoSpeculator(target, processor, ModelDrafter(small))
+    enc = spec.prepare([random_clip(seed=0, frames=24), random_clip(seed=1, frames=24)], PROMPTS)
+    ref = target.generate(**enc, do_sample=False, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    kw = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
+    runner = ModelRunner(target)
+    logits = [runner.prefill(enc["input_ids"], enc["attention_mask"], **kw)]
+    new = ref.sequences[:, enc["input_ids"].shape[1] :]
+    for i in range(5):
+        logits.append(runner.extend(new[:, i : i + 1])[:, -1])
+        runner.commit(1)
+    for step, (ours, theirs) in enumerate(zip(logits, ref.scores)):
+        assert torch.allclose(ours, theirs[:, : ours.shape[-1]], atol=1e-4), step
+
+
+@pytest.mark.parametrize("name", ["small-video", "std", "std-rows"])
+def test_qwen2vl_long_clip_greedy_identity(qwen_video, name):
+    target, processor, small, _ = qwen_video
+    drafter = ModelDrafter(small) if name == "small-video" else STDDrafter(target, keep=8)
+    cfg = {"rows": "independent"} if name == "std-rows" else {}
+    clips = [random_clip(seed=0, frames=24), random_clip(seed=1, frames=24)]
+    _check_identity(target, processor, drafter, clips, num_draft_tokens=4, **cfg)
 
 
 @pytest.mark.parametrize("cfg", SHAPES, ids=str)

@@ -40,6 +40,42 @@ def test_clips_are_deterministic_and_captions_match_events():
         make_clip(0, "val")
 
 
+def test_slowed_down_clips_are_the_same_events_at_a_higher_frame_rate():
+    """A clip rendered r times slower has r * NUM_FRAMES frames: every r-th frame is the 1x frame (so the caption
+    still holds), moves glide over the in-between frames, and events still start on a frame pair."""
+    for i in range(40):
+        clip = make_clip(i)
+        base, slow = clip.frames_array(), clip.frames_array(slowdown=4)
+        assert slow.shape == (4 * NUM_FRAMES, 64, 64, 3) and np.array_equal(slow[::4], base)
+        pairs = slow.reshape(2 * NUM_FRAMES, 2, 64, 64, 3)
+        for e in clip.events:
+            if e.verb != "moves":  # an instant event: the frame pair it starts is whole (one temporal patch)
+                assert np.array_equal(pairs[2 * e.frame][0], pairs[2 * e.frame][1])
+        if any(e.verb == "moves" for e in clip.events):  # in-between frames differ from both neighbours
+            e = next(e for e in clip.events if e.verb == "moves")
+            j = 4 * e.frame - 3  # a quarter-step into the glide's second half
+            assert not np.array_equal(slow[j], slow[j - 1]) and not np.array_equal(slow[j], slow[j + 1])
+    for bad in (0, 3, 2.0):
+        with pytest.raises(ValueError, match="slowdown: expected 1 or an even int"):
+            make_clip(0).frames_array(slowdown=bad)
+
+
+def test_shapes_video_long_recipe_smoke(tmp_path):
+    """The long-clip fine-tune starts from the bundled shapes-video target, writes target/ + card, and loads."""
+    entry = ZOO.get("shapes-video-long")
+    card = entry.train(tmp_path, smoke=True, eval_slowdowns=(1, 2))
+    assert card["models"]["target"]["steps"] == 2 and set(card["models"]["target"]["caption_accuracy_test"]["after"]) == {"1x", "2x"}
+    assert json.loads((tmp_path / "card.json").read_text()) == card and not list(tmp_path.rglob("*.bin"))
+    m = entry.load(tmp_path)
+    enc = m.processor(videos=[make_clip(0).frames_array(slowdown=2)], text=["<|vision_start|><|video_pad|><|vision_end|> caption :"],
+                      return_tensors="pt")  # fmt: skip
+    assert enc["video_grid_thw"].tolist() == [[NUM_FRAMES, 8, 8]]
+    with pytest.raises(ValueError, match="slowdowns: expected ints that are 1 or even"):
+        entry.train(tmp_path / "x", smoke=True, slowdowns=(1, 3))
+    with pytest.raises(FileNotFoundError, match="base: no shapes-video target"):
+        entry.train(tmp_path / "y", smoke=True, base=tmp_path / "nowhere")
+
+
 def test_shapes_t2i_recipe_smoke(tmp_path):
     from mmspec.zoo.shapes_t2i import GRID
 

@@ -57,9 +57,11 @@ class DraftSession:
 
     def accept_rows(self, num_accepted: torch.Tensor) -> None:
         """Rows advance independently: row b committed its first ``num_accepted[b]`` drafts plus one more token
-        (correction or bonus). Used by loops that commit per row (:class:`mmspec.jacobi.JacobiEngine`)."""
-        raise ValueError(f"drafter: {type(self).__name__} commits all rows in lock-step only; per-row loops (image AR) "
-                         "need a drafter whose session implements accept_rows (e.g. ModelDrafter)")  # fmt: skip
+        (correction or bonus). Used by loops that commit per row (:class:`mmspec.jacobi.JacobiEngine`, and
+        :class:`mmspec.engine.SpeculativeEngine` with ``rows="independent"``)."""
+        raise ValueError(f"drafter: {type(self).__name__} commits all rows in lock-step only; per-row commits "
+                         "(rows='independent', image AR) need a drafter whose session implements accept_rows "
+                         "(ModelDrafter, STDDrafter)")  # fmt: skip
 
 
 class Drafter:

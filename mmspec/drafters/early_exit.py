@@ -16,7 +16,7 @@ from transformers.masking_utils import create_causal_mask
 
 from ..runner import LayerReuse, ModelRunner, text_config_of
 from ..types import Proposal
-from .base import DRAFTERS, DraftRequest, Drafter
+from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
 from .model import ModelDraftSession
 
 
@@ -119,6 +119,8 @@ class SharedEarlyExitSession(ModelDraftSession):
         self.runner.extend(proposal.tokens[:, -1:])  # d_K's lower-layer KV and hidden state, for verification
         proposal.meta["layer_reuse"] = LayerReuse(self.num_layers, self.runner.tentative_hidden)  # [B, K+1, H]
         return proposal
+
+    accept_rows = DraftSession.accept_rows  # drafts in the target's cache: lock-step commits only
 
     def propose_tree(self, pending, tree, generator=None) -> Proposal:
         raise ValueError("tree: early exit with share_kv=True drafts chains only; use share_kv=False for trees")

@@ -50,6 +50,11 @@ class STDDraftSession(ModelDraftSession):
         self._sync()
         return super().propose_tree(pending, tree, generator)
 
+    def accept_rows(self, num_accepted) -> None:
+        """Rows advance independently: the same as :meth:`accept` (the view keeps no draft entries; each row's
+        committed dense KV, and the target's holes, masked, arrive with the next sync)."""
+        self.accept(num_accepted, None)
+
     def accept(self, num_accepted, emitted, path=None) -> None:
         self.runner.commit(0)  # drop the sparse draft entries; the target's dense ones come with the next _sync
         if self.feedback and self.target.attention is not None:

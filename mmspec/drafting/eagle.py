@@ -23,7 +23,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.masking_utils import create_causal_mask
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from ..drafters.base import DRAFTERS, DraftRequest, Drafter
+from ..drafters.base import DRAFTERS, DraftRequest, DraftSession, Drafter
 from ..drafters.model import ModelDraftSession
 from ..runner import ModelRunner, text_config_of
 from ..sampling import process_logits
@@ -124,6 +124,8 @@ class EagleRunner(ModelRunner):
 
 
 class EagleDraftSession(ModelDraftSession):
+    accept_rows = DraftSession.accept_rows  # the head pairs tokens with the target features of one aligned commit
+
     def __init__(self, drafter: "EagleDrafter", request: DraftRequest):
         target = request.target_runner
         if target is None or target.features is None or target.model is not drafter.target:

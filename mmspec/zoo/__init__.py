@@ -120,6 +120,33 @@ ZOO.register("shapes-video")(ZooEntry("shapes-video", _train_shapes_video, _load
 
 
 @dataclass
+class ShapesVideoLong:
+    target: object  # Qwen2VLForConditionalGeneration: the shapes-video target fine-tuned on 1-16x slowed-down clips
+    processor: object  # Qwen2VLProcessor (the same as shapes-video's)
+
+
+def _load_shapes_video_long(path: Path, dtype=torch.float32, device="cpu") -> ShapesVideoLong:
+    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-video-long: no weights at {path}; run "
+                                "`mmspec zoo train shapes-video-long`")  # fmt: skip
+    target = Qwen2VLForConditionalGeneration.from_pretrained(path / "target", dtype=dtype, local_files_only=True)
+    return ShapesVideoLong(target=target.to(device).eval(),
+                           processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True))  # fmt: skip
+
+
+def _train_shapes_video_long(out_dir, **options):
+    from .shapes_video import train_long
+
+    return train_long(out_dir, **{"base": WEIGHTS / "shapes-video", **options})
+
+
+ZOO.register("shapes-video-long")(ZooEntry("shapes-video-long", _train_shapes_video_long, _load_shapes_video_long))
+
+
+@dataclass
 class ShapesT2I:
     vq: object  # diffusers VQModel (32x32 <-> 8x8 codes)
     target: object  # LlamaForCausalLM over [condition prefix; codes]

@@ -97,8 +97,10 @@ class Clip:
         late = {e.actor for e in self.events if e.verb == "appears"}
         return [i for i in range(len(self.actors)) if i not in late]
 
-    def state(self, frame: int) -> dict[int, tuple[str, float, float]]:
-        """actor index -> (colour, x, y) in grid units at ``frame`` (moves glide over the frame before)."""
+    def state(self, frame: float) -> dict[int, tuple[str, float, float]]:
+        """actor index -> (colour, x, y) in grid units at ``frame`` (a frame index, or a fractional time in frames
+        for slowed-down renders): a move glides over [event frame - 1.5, event frame - 0.5], so integer frames see it
+        half-way on the frame before; the other events take effect on their frame."""
         out = {}
         for i in self.initial:
             a = self.actors[i]
@@ -111,20 +113,25 @@ class Clip:
                 out.pop(e.actor, None)
             elif e.verb == "turns" and frame >= e.frame and e.actor in out:
                 out[e.actor] = (e.color, *out[e.actor][1:])
-            elif e.verb == "moves" and e.actor in out and frame >= e.frame - 1:
+            elif e.verb == "moves" and e.actor in out and frame > e.frame - 1.5:
                 col, x0, y0 = out[e.actor]
                 x1, y1 = divmod(e.cell, 3)[::-1]
-                t = 1.0 if frame >= e.frame else 0.5
+                t = min(1.0, frame - (e.frame - 1.5))
                 out[e.actor] = (col, x0 + t * (x1 - x0), y0 + t * (y1 - y0))
         return out
 
-    def render(self, size: int = FRAME_SIZE) -> list[Image.Image]:
+    def render(self, size: int = FRAME_SIZE, slowdown: int = 1) -> list[Image.Image]:
+        """The clip's frames; ``slowdown`` = r renders the same events at r times the frame rate (r * NUM_FRAMES
+        frames, moves glide smoothly): a long clip with the same caption. r must be 1 or even, so events still
+        start on a frame pair (one temporal patch)."""
+        if not isinstance(slowdown, int) or slowdown < 1 or (slowdown > 1 and slowdown % 2):
+            raise ValueError(f"slowdown: expected 1 or an even int >= 2, got {slowdown!r}")
         frames = []
         cell = size / 3
-        for f in range(NUM_FRAMES):
+        for j in range(NUM_FRAMES * slowdown):
             img = Image.new("RGB", (size, size), (245, 245, 240))
             draw = ImageDraw.Draw(img)
-            for i, (color, x, y) in sorted(self.state(f).items()):
+            for i, (color, x, y) in sorted(self.state(j / slowdown).items()):
                 a = self.actors[i]
                 half = cell * a.size
                 cx = (x + 0.5) * cell + a.dx * (cell / 2 - half)
@@ -133,9 +140,9 @@ class Clip:
             frames.append(img)
         return frames
 
-    def frames_array(self, size: int = FRAME_SIZE) -> np.ndarray:
-        """[T, H, W, 3] uint8."""
-        return np.stack([np.asarray(f) for f in self.render(size)])
+    def frames_array(self, size: int = FRAME_SIZE, slowdown: int = 1) -> np.ndarray:
+        """[T, H, W, 3] uint8 (T = NUM_FRAMES * slowdown)."""
+        return np.stack([np.asarray(f) for f in self.render(size, slowdown)])
 
     def caption(self) -> str:
         init = [self.actors[i] for i in self.initial]
@@ -300,14 +307,14 @@ def text_config(sizes: Sizes, vocab_size: int, tok):
                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)  # fmt: skip
 
 
-def example(index: int, split: str = "train", rng: random.Random | None = None):
+def example(index: int, split: str = "train", rng: random.Random | None = None, slowdown: int = 1):
     """(frames [T, H, W, 3], prompt, answer): a caption, or a question with probability 0.3."""
     clip = make_clip(index, split)
     rng = rng or random.Random(index)
     if rng.random() < 0.3:
         q, a = rng.choice(clip.questions())
-        return clip.frames_array(), question_prompt(q), a
-    return clip.frames_array(), caption_prompt(), clip.caption()
+        return clip.frames_array(slowdown=slowdown), question_prompt(q), a
+    return clip.frames_array(slowdown=slowdown), caption_prompt(), clip.caption()
 
 
 def collate(processor, batch, with_video: bool) -> dict:
@@ -329,12 +336,13 @@ def collate(processor, batch, with_video: bool) -> dict:
 
 
 @torch.no_grad()
-def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> float:
-    """Exact-match caption accuracy of greedy decoding on ``n`` held-out (test split) clips."""
+def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25, slowdown: int = 1) -> float:
+    """Exact-match caption accuracy of greedy decoding on ``n`` held-out (test split) clips (rendered ``slowdown``
+    times slower: longer clips, same captions)."""
     correct = 0
     for start in range(0, n, batch_size):
         clips = [make_clip(i, "test") for i in range(start, min(n, start + batch_size))]
-        enc = processor(videos=[c.frames_array() for c in clips], text=[caption_prompt()] * len(clips),
+        enc = processor(videos=[c.frames_array(slowdown=slowdown) for c in clips], text=[caption_prompt()] * len(clips),
                         padding=True, return_tensors="pt")  # fmt: skip
         out = model.generate(**enc, max_new_tokens=64, do_sample=False)
         texts = processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -508,3 +516,61 @@ def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: f
     head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
     return {"parameters": count_parameters(head), "steps": steps, "lr": lr,
             "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+
+
+# ---- shapes-video-long: the target fine-tuned on long (slowed-down) clips, for KV-sharing methods (STD) ----
+
+LONG_ENTRY = "shapes-video-long"
+LONG_SLOWDOWNS = (1, 2, 4, 8, 16, 16)  # one drawn per batch: half the compute goes to 16x clips (1,024 video tokens)
+
+
+def train_long(out_dir: str | Path, *, base: str | Path, steps: int = 800, batch_size: int = 8, lr: float = 3e-4,
+               seed: int = 0, smoke: bool = False, slowdowns: tuple[int, ...] = LONG_SLOWDOWNS,
+               eval_slowdowns: tuple[int, ...] = (1, 16)) -> dict:  # fmt: skip
+    """Fine-tune the ``shapes-video`` target found in ``base`` on clips rendered 1-16x slower (the same events and
+    captions at up to 128 frames: 1,024 video tokens) into ``out_dir`` (target/ with its processor, card.json).
+
+    Why: STD (sparse-to-dense self-drafting) saves the cost of reading visual KV in its draft steps, which only
+    matters when a decode step is dominated by it (long clips). The shapes-video target trained on 8-frame clips
+    fails on longer ones (0 of 12 captions right at 2x, with fluent but wrong text), so it cannot stand in for a
+    long-video model; fine-tuning it on mixed lengths can. Each batch draws one slowdown from ``slowdowns``.
+    """
+    from transformers import Qwen2VLForConditionalGeneration
+
+    out_dir, base = Path(out_dir), Path(base)
+    if not (base / "target" / "config.json").exists():
+        raise FileNotFoundError(f"base: no shapes-video target in {base}/target; train shapes-video first")
+    if not slowdowns or any(not isinstance(r, int) or r < 1 or (r > 1 and r % 2) for r in slowdowns):
+        raise ValueError(f"slowdowns: expected ints that are 1 or even, got {slowdowns!r}")
+    processor = build_processor()
+    model = Qwen2VLForConditionalGeneration.from_pretrained(base / "target", dtype=torch.float32,
+                                                            local_files_only=True)  # fmt: skip
+    bs, steps = (2, 2) if smoke else (batch_size, steps)
+    n_eval = 4 if smoke else 100
+    t0 = time.perf_counter()
+    before = {f"{r}x": caption_accuracy(model.eval(), processor, n=n_eval, slowdown=r) for r in eval_slowdowns}
+
+    def loss_fn(rng):
+        r = rng.choice(slowdowns)
+        batch = [example(rng.randrange(10_000_000), "train", rng, slowdown=r) for _ in range(bs)]
+        return model(**collate(processor, batch, True)).loss
+
+    model.train()
+    losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc="fine-tune target on long clips")
+    model.eval()
+    after = {f"{r}x": caption_accuracy(model, processor, n=n_eval, slowdown=r) for r in eval_slowdowns}
+    model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float16).save_pretrained(out_dir / "target")
+    processor.save_pretrained(out_dir / "target")
+    card = {"entry": LONG_ENTRY, "base": f"shapes-video target ({base.name})", "seed": seed, "batch_size": bs,
+            "frames": f"{NUM_FRAMES} x slowdown", "slowdowns_per_batch": list(slowdowns), "frame_size": FRAME_SIZE,
+            "models": {"target": {"parameters": count_parameters(model), "steps": steps, "lr": lr,
+                                  "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+                                  "caption_accuracy_test": {"before": before, "after": after, "clips": n_eval},
+                                  "train_seconds": round(time.perf_counter() - t0, 1)}},
+            "retrain": "mmspec zoo train shapes-video-long (fine-tunes the bundled shapes-video target)",
+            "size_mb": round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)}  # fmt: skip
+    (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    print(json.dumps(card["models"]["target"]), flush=True)
+    return card
