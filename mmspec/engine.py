@@ -98,20 +98,17 @@ class SpeculativeEngine:
         stats.prefill_seconds = time.perf_counter() - t_start
         stats.draft_prefill_seconds = time.perf_counter() - t_draft
         per_row = cfg.rows == "independent"
-        b = x_t.shape[0]
-        spare = cfg.max_new_tokens + cfg.max_draft_tokens + 1  # a column that takes the writes of unused slots
-        out = torch.full((b, spare + 1), self.pad_token_id, dtype=torch.long, device=device)  # [B, S] tokens so far
-        out[:, 0] = x_t
-        n_new = torch.ones(b, dtype=torch.long, device=device)  # [B] tokens generated per row
-        finished = torch.isin(x_t, eos) | (n_new >= cfg.max_new_tokens)  # [B]
+        generated = [x_t[:, None]]  # per round: [B, width] emitted tokens, padding where a row emitted nothing
+        emitted_mask = [torch.ones_like(x_t[:, None], dtype=torch.bool)]  # per round: [B, width] real entries
+        n_new = torch.ones_like(x_t)  # [B] tokens generated per row
+        finished = torch.isin(x_t, eos) | (n_new >= cfg.max_new_tokens)  # [B]: EOS emitted or max_new_tokens reached
 
         while not bool(finished.all()):
-            # propose: K drafts after x_t (never more than still fit under max_new_tokens)
+            # propose: K drafts after x_t (never more than still fit under max_new_tokens; rows committing
+            # independently take the slowest row's room, the others overshoot and are trimmed at the end)
             t0 = time.perf_counter()
-            if per_row:  # the slowest row sets the room; rows that overshoot max_new_tokens are trimmed at the end
-                room = max(1, cfg.max_new_tokens - int(n_new[~finished].min()) - 1)
-            else:
-                room = cfg.max_new_tokens - int(n_new[~finished].max()) - 1
+            room = cfg.max_new_tokens - int(n_new[~finished].min()) - 1
+            room = max(room, 1) if per_row else room
             draft_forwards_before = session.forwards
             if tree is not None and tree.depth <= room:
                 proposal = session.propose_tree(x_t, tree, generator)
@@ -141,10 +138,12 @@ class SpeculativeEngine:
                 target.commit_rows(1 + n_b, compact=False)  # x_t + accepted drafts; the STD view indexes this cache
                 session.accept_rows(n_b)
                 emitted = d_ext.scatter(1, n_b[:, None], verdict.next_tokens[:, None])  # [B, K+1]: d_1..d_n, token
+                new = (torch.arange(k + 1, device=device) <= n_b[:, None]) & ~finished[:, None]  # [B, K+1] real
+                committed = float((n_b + 1)[~finished].float().mean())
                 policy.update(k, int(n_b[~finished].min()))
+                x_next = emitted.gather(1, n_b[:, None]).squeeze(1)  # [B]
             else:
                 n = int(accepted[~finished].min()) if bool((~finished).any()) else 0
-                n_b = torch.full_like(accepted, n)
                 last = torch.where(accepted > n, d_ext[:, n], verdict.next_tokens)  # [B]
                 emitted = torch.cat([d[:, :n], last[:, None]], dim=1)  # [B, n+1]
                 if proposal.is_tree:
@@ -154,22 +153,25 @@ class SpeculativeEngine:
                 else:
                     target.commit(1 + n)
                     session.accept(n, emitted)
+                new = (~finished)[:, None].expand_as(emitted)  # [B, n+1]
+                committed = n + 1
                 policy.update(k, n)
-            new = torch.arange(emitted.shape[1], device=device)[None] <= n_b[:, None]  # [B, width] emitted entries
-            new &= ~finished[:, None]
+                x_next = last
             emitted = emitted.masked_fill(~new, self.pad_token_id)
-            slots = n_new[:, None] + torch.arange(emitted.shape[1], device=device)[None]  # [B, width]
-            out.scatter_(1, torch.where(new, slots, spare), emitted)  # each row's new tokens after its own
-            out[:, spare] = self.pad_token_id
-            stats.rounds.append(RoundStats(k, accepted.tolist(), float((n_b + 1)[~finished].float().mean()),
-                                           session.forwards - draft_forwards_before, t1 - t0,
-                                           time.perf_counter() - t1))  # fmt: skip
+            generated.append(emitted)
+            emitted_mask.append(new)
+            stats.rounds.append(RoundStats(k, accepted.tolist(), committed, session.forwards - draft_forwards_before,
+                                           t1 - t0, time.perf_counter() - t1))  # fmt: skip
+            x_t = x_next.masked_fill(finished, self.pad_token_id)
             finished = finished | (torch.isin(emitted, eos) & new).any(-1)
             n_new = n_new + new.sum(1)
             finished = finished | (n_new >= cfg.max_new_tokens)
-            x_t = emitted.gather(1, n_b[:, None]).squeeze(1)
 
-        new_tokens = trim_after_eos(out[:, : int(n_new.max().clamp_max(cfg.max_new_tokens))], eos, self.pad_token_id)
+        tokens, real = torch.cat(generated, dim=1), torch.cat(emitted_mask, dim=1)  # [B, W]
+        if per_row:  # rows emitted different counts per round: each row's tokens in order, then padding
+            order = torch.sort((~real).long(), dim=1, stable=True).indices  # [B, W]
+            tokens = tokens.gather(1, order).masked_fill(~real.gather(1, order), self.pad_token_id)
+        new_tokens = trim_after_eos(tokens[:, : cfg.max_new_tokens], eos, self.pad_token_id)
         stats.target_forwards = target.forwards
         stats.draft_forwards = session.forwards
         stats.new_tokens = new_tokens.shape[1]
