@@ -16,6 +16,9 @@ speeds up. Methods:
 - Hugging Face peers: assisted generation with the same small drafter / text-only drafter (constant K and HF
   defaults) and prompt lookup decoding. For HF rows, "prefill" is the time to the end of the target's first forward
   (generate's set-up, the vision encoding it runs before that forward, and the prompt pass).
+
+``--long`` (:func:`bench_video_long`): STD where it pays, on batches of long clips (the shapes-video-long target,
+clips rendered 16x slower: 1,024 video tokens), with lock-step and per-row commits (``SpecConfig.rows``).
 """
 
 from __future__ import annotations
