@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+
+
+def new_cache() -> DynamicCache:
+    """A cache whose every layer is a plain ``DynamicLayer`` that keeps its whole history (created lazily per layer).
+
+    Built without the model config on purpose: a config would give sliding-window layers, which evict entries a
+    rollback can need and track a length that crops and gathers must keep in step; mmspec applies windows through
+    attention masks instead (:mod:`mmspec.layout`).
+    """
+    return DynamicCache()
 
 
 def crop(cache, drop: int) -> None:

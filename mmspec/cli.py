@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
-
+from pathlib import Path
 
 
 def demo(args) -> None:
@@ -59,7 +59,7 @@ def bench_video(args) -> None:
     from . import zoo
     from .bench_video import bench_video as run, print_report
 
-    models = zoo.ZOO.get("shapes-video").load(args.zoo_path) if args.zoo_path else None
+    models = zoo.load("shapes-video", path=args.zoo_path) if args.zoo_path else None
     if args.std_scaling:
         from .bench_video import std_scaling, std_scaling_table
 
@@ -74,7 +74,7 @@ def bench_video(args) -> None:
         from .bench_video import drafter_prefill_breakdown
 
         models = models or zoo.load("shapes-video")
-        others = {path: zoo.ZOO.get("shapes-video").load(path) for path in args.compare_zoo_path or ()}
+        others = {path: zoo.load("shapes-video", path=path) for path in args.compare_zoo_path or ()}
         print("\ndrafter set-up, ms per clip (medians; set-up over 8 clips, parts on the first; grid-pool keeps 16):")
         for key, value in drafter_prefill_breakdown(models, others=others).items():
             print(f"  {key}: {value}")
@@ -82,7 +82,7 @@ def bench_video(args) -> None:
     if args.long:
         from .bench_video import bench_video_long
 
-        long_models = zoo.ZOO.get("shapes-video-long").load(args.long_zoo_path) if args.long_zoo_path else None
+        long_models = zoo.load("shapes-video-long", path=args.long_zoo_path) if args.long_zoo_path else None
         rows, meta = bench_video_long(clips=args.clips or 16, batch=args.batch or 16, slowdown=args.slowdown, reps=args.reps,
                                       max_new_tokens=args.max_new_tokens, json_path=args.json, plot_path=args.plot,
                                       models=long_models, drafter=models.drafter_vlm if models else None)  # fmt: skip
@@ -98,7 +98,7 @@ def bench_image_ar(args) -> None:
     from . import zoo
     from .bench_image_ar import bench_image_ar as run, image_ar_table, save_sweep_plot
 
-    models = zoo.ZOO.get("shapes-t2i").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-t2i")
+    models = zoo.load("shapes-t2i", path=args.zoo_path)
     only = args.only.split(",") if args.only else None
     rows, meta = run(models, per_class=args.per_class, batch=args.batch, reps=args.reps, cfg_scale=args.cfg_scale,
                      window=args.window, only=only, classes=args.classes)  # fmt: skip
@@ -126,7 +126,7 @@ def bench_diffusion(args) -> None:
     from . import zoo
     from .bench_diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
 
-    models = zoo.ZOO.get("shapes-ddpm").load(args.zoo_path) if args.zoo_path else zoo.load("shapes-ddpm")
+    models = zoo.load("shapes-ddpm", path=args.zoo_path)
     only = args.only.split(",") if args.only else None
     lookaheads = tuple(int(v) for v in args.lookaheads.split(","))
     rows, meta = run(models, per_class=args.per_class, classes=args.classes, batch=args.batch, reps=args.reps,
@@ -166,6 +166,19 @@ def zoo_train(args) -> None:
             options[key] = getattr(args, key)
     card = entry.train(args.out or entry.path, **options)
     print(card)
+
+
+def zoo_checksum(args) -> None:
+    from .zoo import ZOO
+    from .zoo.integrity import record, verify
+
+    entry = ZOO.get(args.name)
+    root = Path(args.path) if args.path else entry.path
+    if args.check:
+        verify(root, args.name)
+        print(f"{args.name}: every file under {root} matches its recorded sha256")
+        return
+    print(f"{args.name}: recorded the sha256 of every file under {root} in {record(root)}")
 
 
 def main(argv=None) -> None:
@@ -251,6 +264,11 @@ def main(argv=None) -> None:
     t.add_argument("--target-steps", type=int, default=None, help="optimizer steps for the target (default: the recipe's)")
     t.add_argument("--target-lr", type=float, default=None, help="peak learning rate for the target (default 1e-3)")
     t.set_defaults(func=zoo_train)
+    c = z.add_parser("checksum", help="record the sha256 of an entry's files in its card (after retraining in place)")
+    c.add_argument("name")
+    c.add_argument("--path", default=None, help="the entry's folder (default: the bundled weights folder)")
+    c.add_argument("--check", action="store_true", help="verify instead of recording")
+    c.set_defaults(func=zoo_checksum)
     args = parser.parse_args(argv)
     args.func(args)
 

@@ -41,6 +41,15 @@ class SpecConfig:
         if not isinstance(self.max_draft_tokens, int) or self.max_draft_tokens < k:
             raise ValueError(f"max_draft_tokens: expected an int >= num_draft_tokens ({k}), got {self.max_draft_tokens!r}")
         self.sampling  # validates temperature / top_k / top_p
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0):
+            raise ValueError(f"seed: expected an int >= 0 or None, got {self.seed!r}")
+        from .verifiers import check_verifier, make_verifier  # (verifiers import the sampling module, not config)
+
+        check_verifier(self.verifier_name, ("token",), "the token engine")
+        make_verifier(self.verifier_name, **self.verifier_params)  # validates the parameters now, not mid-loop
+        eos = self.eos_ids
+        if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in eos):
+            raise ValueError(f"eos_token_id: expected a token id (int >= 0), a list of them, or None, got {self.eos_token_id!r}")
         if self.rows not in ROW_COMMITS:
             raise ValueError(f"rows: expected one of {list(ROW_COMMITS)}, got {self.rows!r}")
         if self.rows == "independent" and self.tree is not None:

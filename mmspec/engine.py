@@ -22,6 +22,7 @@ import torch
 from .config import SpecConfig
 from .draft_length import POLICIES
 from .drafters.base import DraftRequest, Drafter
+from .layout import attention_layout
 from .runner import ModelRunner, logits_width, text_config_of
 from .sampling import process_logits, sample_tokens
 from .tree import TreeSpec
@@ -29,17 +30,35 @@ from .types import GenerationOutput, RoundStats, SpecStats, TargetScores
 from .verifiers import make_verifier
 
 
-def check_input_ids(input_ids, attention_mask=None) -> None:
+def check_input_ids(input_ids, attention_mask=None, vocab_size: int | None = None, exempt_ids=()) -> None:
+    """Validate a prompt batch: int64 ``[B, T]`` ids, a 0/1 left-padding mask of the same shape with a real token
+    in every row, and (given ``vocab_size``) real ids in ``[0, vocab_size)`` apart from ``exempt_ids``."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         got = f"{type(input_ids).__name__} {tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__  # noqa: E501
         raise ValueError(f"input_ids: expected an int64 tensor of shape [batch, length], got {got}")
     if input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a non-empty prompt, got shape {tuple(input_ids.shape)}")
+    real = torch.ones_like(input_ids, dtype=torch.bool)
     if attention_mask is not None:
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask: expected shape {tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}")
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+            got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+            raise ValueError(f"attention_mask: expected shape {tuple(input_ids.shape)}, got {got}")
+        if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+            raise ValueError(f"attention_mask: expected 0/1 entries, got values {attention_mask.unique().tolist()}")
         if bool((attention_mask.sum(-1) == 0).any()):
             raise ValueError("attention_mask: every row needs at least one real (non-padding) token; got an empty row")
+        gaps = (attention_mask[:, :-1] > attention_mask[:, 1:]).any(-1)  # [B] a real token followed by padding
+        if bool(gaps.any()):
+            rows = gaps.nonzero().flatten().tolist()
+            raise ValueError(f"attention_mask: expected left padding (padding only before each prompt), got padding after "
+                             f"real tokens in rows {rows}; set tokenizer.padding_side = 'left' (generation continues "
+                             "from each row's last position)")  # fmt: skip
+        real = attention_mask.bool()
+    if vocab_size is not None:
+        ids = input_ids[real & ~torch.isin(input_ids, torch.tensor(list(exempt_ids), dtype=torch.long, device=input_ids.device))]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+            bad = ids[(ids < 0) | (ids >= vocab_size)].unique()[:5].tolist()
+            raise ValueError(f"input_ids: expected token ids in [0, {vocab_size}) (the target's embedding table), got {bad}")
 
 
 class SpeculativeEngine:
@@ -53,6 +72,7 @@ class SpeculativeEngine:
                  placeholder_ids: tuple[int, ...] = (), pad_token_id: int | None = None):  # fmt: skip
         if not isinstance(drafter, Drafter):
             raise TypeError(f"drafter: expected an mmspec Drafter (e.g. ModelDrafter(model)), got {type(drafter).__name__}")
+        attention_layout(target, "target")  # refuses models whose cache cannot be rolled back, before any generation
         self.target = target.eval()
         self.drafter = drafter
         self.config = config or SpecConfig()
@@ -67,7 +87,7 @@ class SpeculativeEngine:
                  config: SpecConfig | None = None, generator: torch.Generator | None = None,
                  **model_kwargs) -> GenerationOutput:  # fmt: skip
         cfg = config or self.config
-        check_input_ids(input_ids, attention_mask)
+        check_input_ids(input_ids, attention_mask, self.target.get_input_embeddings().num_embeddings, self.placeholder_ids)
         device = next(self.target.parameters()).device
         input_ids = input_ids.to(device)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
@@ -81,6 +101,9 @@ class SpeculativeEngine:
         if tree is not None and not verifier.supports_trees:
             raise ValueError(f"tree: the {cfg.verifier_name!r} verifier checks token chains only; drop `tree` or use "
                              "a tree verifier (greedy, speculative, deterministic, multi-draft)")  # fmt: skip
+        if tree is not None and max(tree.branching) > self.vocab_size:
+            raise ValueError(f"tree: expected at most {self.vocab_size} children per node (the vocabulary size), got "
+                             f"{tuple(tree.branching)}")  # fmt: skip
         stats = SpecStats()
         t_start = time.perf_counter()
 

@@ -30,7 +30,7 @@ from .drafters.base import DraftRequest, Drafter
 from .runner import ModelRunner, logits_width, text_config_of
 from .sampling import SamplingParams, process_logits, sample_tokens
 from .types import GenerationOutput, Proposal, RoundStats, SpecStats, TargetScores
-from .verifiers import VERIFIERS, make_verifier
+from .verifiers import check_verifier, make_verifier
 from .verifiers.jacobi import initial_window, resample_window
 
 
@@ -53,7 +53,7 @@ class JacobiConfig:
                 raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
         if self.init not in ("random", "repeat"):
             raise ValueError(f"init: expected 'random' or 'repeat' (how fresh window slots are filled), got {self.init!r}")
-        VERIFIERS.get(self.verifier)  # a clear KeyError listing the registered names
+        check_verifier(self.verifier, ("token", "jacobi"), "the Jacobi loop")  # lists the valid names
         self.sampling  # validates temperature / top_k / top_p
 
     @property
@@ -92,7 +92,7 @@ class JacobiEngine:
         if generator is None and cfg.seed is not None:
             generator = torch.Generator(device=device).manual_seed(cfg.seed)
         keys = torch.arange(b, device=device) if noise_keys is None else torch.as_tensor(noise_keys, device=device)
-        cls = VERIFIERS.get(cfg.verifier)
+        cls = check_verifier(cfg.verifier, ("token", "jacobi"), "the Jacobi loop")
         keeps_window = getattr(cls, "keeps_window", False)
         params = {"init": cfg.init, **cfg.verifier_params} if keeps_window else dict(cfg.verifier_params)
         verifier = make_verifier(cfg.verifier, **params)

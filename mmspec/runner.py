@@ -13,25 +13,43 @@ tokens (or -1: the committed context); the runner then builds the tree attention
 its ancestors and itself) and depth positions (siblings share a position), and ``commit(indices)`` gathers the
 accepted path's KV entries into contiguous positions.
 
-Rows advance in lock-step (the engine commits the same number of tokens on every row), so the cache stays
-rectangular and an ordinary ``DynamicCache`` serves any batch size.
+Rows advance in lock-step (``commit``: the same number of tokens on every row, so the cache stays rectangular) or
+independently (``commit_rows``: rejected entries stay as masked holes, squeezed out now and then).
+
+Every layer of the cache keeps its whole history (see :mod:`mmspec.layout`): sliding-window and chunked layers are
+windowed by explicit attention masks built from each token's ordinal, so rollback and tree compaction are exact for
+them too; models whose cache cannot be rolled back are refused when the runner is built.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
-from .cache import compact, crop
+from .cache import compact, crop, new_cache
+from .layout import FULL, attention_layout, local_masks, model_mask
 from .tree import ancestor_matrix
 
 
 def text_config_of(model):
     cfg = model.config
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def decoder_of(model):
+    """The model's decoder stack (the module holding ``layers``, ``norm`` and ``embed_tokens``): ``get_decoder()``,
+    or its ``model`` / ``language_model`` when that is only a wrapper (Llama 4's causal LM)."""
+    decoder = model.get_decoder()
+    for candidate in (decoder, getattr(decoder, "model", None), getattr(decoder, "language_model", None)):
+        if candidate is not None and hasattr(candidate, "layers") and hasattr(candidate, "norm"):
+            return candidate
+    raise ValueError(f"model: cannot find the decoder layers of {type(model).__name__} (expected a module with "
+                     "`layers` and `norm`, as Llama-style decoders have)")
 
 
 def logits_width(model) -> int:
@@ -66,6 +84,34 @@ def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
     return (last.amax(0) if position_ids.dim() == 3 else last) + 1
 
 
+def rotary_embeddings(decoder, hidden: torch.Tensor, position_ids: torch.Tensor, layer_type: str = FULL):
+    """The decoder's rotary (cos, sin) for ``position_ids``; decoders with one rotary embedding per layer type (Gemma 3)
+    take the type."""
+    rope = decoder.rotary_emb
+    if _takes_layer_type(type(rope)):
+        return rope(hidden, position_ids, layer_type)
+    return rope(hidden, position_ids)
+
+
+@functools.cache
+def _takes_layer_type(rope_class) -> bool:
+    return "layer_type" in inspect.signature(rope_class.forward).parameters
+
+
+def output_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's logits for final-norm ``hidden`` states computed outside its forward: the LM head, then the output
+    scalings Hugging Face causal LMs apply after it (Gemma 2/3's ``final_logit_softcapping``, Cohere's
+    ``logit_scale``, Granite's ``logits_scaling``)."""
+    logits = model.get_output_embeddings()(hidden)
+    cfg = text_config_of(model)
+    if getattr(cfg, "logit_scale", None) is not None:
+        logits = logits * cfg.logit_scale
+    if getattr(cfg, "logits_scaling", None) is not None:
+        logits = logits / cfg.logits_scaling
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return logits if cap is None else torch.tanh(logits / cap) * cap
+
+
 @dataclass
 class LayerReuse:
     """Verification inputs an early-exit draft already computed (see :meth:`ModelRunner.extend`)."""
@@ -79,7 +125,7 @@ class _Tap:
     prefill, its input embeddings (image/video features merged in)."""
 
     def __init__(self, model):
-        self.decoder = model.get_decoder()
+        self.decoder = decoder_of(model)
         self.features: torch.Tensor | None = None  # [B, L, H]
         self.embeds: torch.Tensor | None = None  # [B, L, H]
 
@@ -120,6 +166,7 @@ class ModelRunner:
         self.prompt_embeds: torch.Tensor | None = None
         self._tentative_features: torch.Tensor | None = None
         self.vocab_size = vocab_size or logits_width(model)
+        self.layout = attention_layout(model, "model")  # refuses caches that cannot roll back
         self.mrope = uses_mrope(model)
         self.device = next(model.parameters()).device
         self.cache: DynamicCache | None = None
@@ -162,13 +209,36 @@ class ModelRunner:
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
 
-    def _tree_mask(self, length: int, dtype) -> torch.Tensor:
-        """Additive 4-D mask [B, 1, L, S] for the last ``length`` tentative tokens of a tree."""
+    def _visibility(self, length: int) -> torch.Tensor:
+        """[B, L, S] bool: what each of the last ``length`` tentative tokens may attend to (the committed context's
+        real entries, then its ancestors among the tentative tokens and itself; holes hidden)."""
         committed = self.length - self.pending
-        anc = ancestor_matrix(self.parents, self.device)[-length:]  # [L, P]
-        ctx = self.mask[:, None, None, :committed].bool().expand(-1, 1, length, committed)  # [B, 1, L, C]
-        see = torch.cat([ctx, anc[None, None].expand(ctx.shape[0], 1, length, self.pending)], dim=-1)
+        anc = ancestor_matrix(self.parents, self.device)[-length:]  # [L, P] (a chain: lower triangular)
+        b = self.mask.shape[0]
+        ctx = self.mask[:, None, :committed].bool().expand(b, length, committed)  # [B, L, C]
+        tentative = anc[None].expand(b, length, self.pending)
+        if self.tentative_valid is not None:
+            tentative = tentative & self.tentative_valid[:, None, :]
+        return torch.cat([ctx, tentative], dim=-1)
+
+    def _tree_mask(self, length: int, dtype) -> torch.Tensor:
+        """Additive 4-D mask [B, 1, L, S] for the last ``length`` tentative tokens of a tree (full attention)."""
+        see = self._visibility(length)[:, None]
         return torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)
+
+    def _layer_masks(self, length: int, dtype) -> dict[str, torch.Tensor]:
+        """Additive 4-D masks ``{layer type: [B, 1, L, S]}`` for the last ``length`` tentative tokens: visibility, plus
+        the window / chunk of local layers over ordinals (each token's index among its row's real tokens)."""
+        committed = self.length - self.pending
+        ctx = self.mask[:, :committed]
+        key_ordinal = ctx.cumsum(1) - 1  # [B, C] (padding / holes: masked anyway)
+        if self.tentative_valid is not None:
+            offsets = (self.tentative_valid.long().cumsum(1) - 1).clamp_min(0)  # [B, P] holes take no ordinal
+        else:
+            offsets = torch.tensor(self.depth, device=self.device).expand(ctx.shape[0], self.pending)  # siblings share one
+        tentative = ctx.sum(1, keepdim=True) + offsets  # [B, P]
+        key_ordinal = torch.cat([key_ordinal, tentative], dim=1)  # [B, S]
+        return local_masks(self.layout, self._visibility(length), key_ordinal, tentative[:, -length:], dtype)
 
     # -- model calls ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -186,7 +256,7 @@ class ModelRunner:
             return self._prefill_embeds(inputs_embeds, attention_mask, model_kwargs.get("position_ids"))
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache()
         position_ids = self.prompt_positions(input_ids, attention_mask, model_kwargs)
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
@@ -211,7 +281,7 @@ class ModelRunner:
         num_layers = len(other.cache.layers) if num_layers is None else num_layers
         if index is not None and len(index) != num_layers:
             raise ValueError(f"index: expected one [B, S] index per layer ({num_layers}), got {len(index)}")
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache()
         for i in range(num_layers):
             src = other.cache.layers[i]
             keys, values = src.keys, src.values  # [B, H, T, D]; shared, never modified in place
@@ -242,7 +312,7 @@ class ModelRunner:
             raise ValueError("position_ids: prefilling an M-RoPE model from embeddings needs 3-D positions [3, B, T]")
         if attention_mask is None:
             attention_mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache()
         if position_ids is None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
         self.padded = bool((attention_mask == 0).any())
@@ -284,7 +354,11 @@ class ModelRunner:
             self.padded = self.padded or not bool(valid.all())
             pos = (self.next_pos[:, None] + offsets.clamp_min(0))  # [B, L]
             pos = pos[None].expand(3, -1, -1) if self.mrope else pos
-            logits = self._forward(tokens, self.mask if self.padded else None, pos)
+            if self.layout.local:
+                attention_mask = model_mask(self.layout, self._layer_masks(length, self.model.dtype))
+            else:
+                attention_mask = self.mask if self.padded else None
+            logits = self._forward(tokens, attention_mask, pos)
             self.forwards += 1
             return logits[..., : self.vocab_size]
         if parents is None:
@@ -298,7 +372,9 @@ class ModelRunner:
         self.depth += new_depth
         self.pending += length
         self.mask = torch.cat([self.mask, self.mask.new_ones(b, length)], dim=1)
-        if self.is_chain:
+        if self.layout.local:  # windows over ordinals, never the cache's own eviction (it keeps every entry)
+            attention_mask = model_mask(self.layout, self._layer_masks(length, self.model.dtype))
+        elif self.is_chain:
             attention_mask = self.mask if self.padded else None
         else:
             attention_mask = self._tree_mask(length, self.model.dtype)
@@ -311,16 +387,18 @@ class ModelRunner:
 
     def _forward_from_layer(self, reuse: "LayerReuse", position_ids) -> torch.Tensor:
         """Run decoder layers ``reuse.layer..`` on ``reuse.hidden [B, L, H]`` (the last L tentative tokens)."""
-        decoder = self.model.get_decoder()
+        decoder = decoder_of(self.model)
         h = reuse.hidden
         if self.cache.layers[0].keys.shape[2] != self.length:
             raise ValueError("reuse: the shared lower layers must already hold every tentative token's KV")
-        mask = self._tree_mask(h.shape[1], h.dtype)  # [B, 1, L, S]: explicit, the cache layers differ in length now
-        rope = decoder.rotary_emb(h, position_ids)
+        # {type: [B, 1, L, S]}: explicit, the layers differ in length now
+        masks = self._layer_masks(h.shape[1], h.dtype) if self.layout.local else {FULL: self._tree_mask(h.shape[1], h.dtype)}
+        types = self.layout.layer_types
+        rope = {t: rotary_embeddings(decoder, h, position_ids, t) for t in set(types[reuse.layer :])}
         text_positions = None if position_ids.dim() == 3 else position_ids
-        for layer in decoder.layers[reuse.layer :]:
-            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
-                      past_key_values=self.cache, use_cache=True)  # fmt: skip
+        for i in range(reuse.layer, len(decoder.layers)):
+            h = decoder.layers[i](h, attention_mask=masks[types[i]], position_embeddings=rope[types[i]],
+                                  position_ids=text_positions, past_key_values=self.cache, use_cache=True)  # fmt: skip
             h = h[0] if isinstance(h, tuple) else h
         with ExitStack() as stack:
             tap = stack.enter_context(_Tap(self.model)) if self.keep_features else None
@@ -329,7 +407,7 @@ class ModelRunner:
             earlier = self.pending - h.shape[1]
             prev = self._tentative_features
             self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
-        return self.model.get_output_embeddings()(h)
+        return output_logits(self.model, h)
 
     def _forward(self, input_ids, attention_mask, position_ids, **kwargs) -> torch.Tensor:
         """One model call on the runner's cache -> logits [B, L, width]. Subclasses may replace the model."""
@@ -415,6 +493,8 @@ class ModelRunner:
         index = order[:, -width:]  # [B, S'] right-aligned real entries
         self.mask = real.gather(1, index).long()
         for layer in self.cache.layers:
+            if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
+                continue  # a layer nobody wrote (e.g. above an early-exit draft's n layers)
             b, h, _, d = layer.keys.shape
             rows = index.repeat(b // index.shape[0], 1)  # [b, S'] the same index for every block of B rows
             idx = rows[:, None, :, None].expand(b, h, width, d)

@@ -6,6 +6,7 @@ same way: both sides call :func:`process_logits` with the same :class:`SamplingP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -18,11 +19,12 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        t = self.temperature
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {t!r}")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             raise ValueError(f"top_k: expected an int >= 0 (0 = off), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: expected a number in (0, 1], got {self.top_p!r}")
 
     @property

@@ -19,9 +19,11 @@ PROMPTS = ["caption :", "question : what happens first ? answer :"]
 def test_sample_indices_uniform_with_ends():
     assert sample_indices(10, 4).tolist() == [0, 3, 6, 9]
     assert sample_indices(5, None).tolist() == [0, 1, 2, 3, 4]
-    assert sample_indices(3, 8).tolist() == [0, 1, 2]  # never more frames than the clip has
+    assert sample_indices(3, 3).tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="num_frames"):
-        sample_indices(10, 0)
+        sample_indices(10, 0)  # 0 is not "every frame" (that is None)
+    with pytest.raises(ValueError, match="num_frames: the clip has 3 frames"):
+        sample_indices(3, 8)  # never silently fewer frames than asked for
 
 
 def test_load_frames_from_pil_numpy_and_lists():

@@ -113,6 +113,9 @@ def test_shapes_ddpm_recipe_smoke(tmp_path):
     assert card["unet"]["steps"] == 2 and card["null_class"] == 108
     assert json.loads((tmp_path / "card.json").read_text()) == card
     assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
+    from mmspec.zoo.integrity import verify
+
+    verify(tmp_path, "shapes-ddpm")  # the recipe recorded a sha256 per file
     m = entry.load(tmp_path)
     out = m.speculator().generate(["red circle at top left", 5], num_inference_steps=6, method="asd", seed=0)
     assert out.samples.shape == (2, 3, 32, 32) and out.images[0].size == (32, 32) and out.lossless

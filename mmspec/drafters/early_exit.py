@@ -4,17 +4,19 @@ weights. The draft keeps its own KV cache for those n layers (the target's cache
 it starts from a copy of the target's prefill KV for those layers: no second prefill and, for a VLM, no second
 pass of the vision tower. When no target runner is given, it prefills itself.
 
-Works with decoders of the Llama family (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``) standing alone
-or as the language model of a VLM, M-RoPE decoders (Qwen2-VL) included; for a VLM the prompt embeddings (with image features merged) are taken from
-the target's own embedding path.
+Works with any decoder that keeps its layers in ``layers`` and ends in ``norm`` (Llama, Qwen, Mistral, Gemma, Phi
+families), standing alone or as the language model of a VLM, M-RoPE decoders (Qwen2-VL) included: the draft is the
+model's own forward with the later layers left out (:func:`first_layers`), so embeddings, per-layer-type masks and
+rotary embeddings, the final norm, the LM head and logit soft-capping are the model's own.
 """
 
 from __future__ import annotations
 
-import torch
-from transformers.masking_utils import create_causal_mask
+from contextlib import contextmanager
 
-from ..runner import LayerReuse, ModelRunner, text_config_of
+import torch
+
+from ..runner import LayerReuse, ModelRunner, decoder_of, output_logits
 from ..types import Proposal
 from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
 from .model import ModelDraftSession
@@ -30,7 +32,7 @@ def prompt_embeddings(model, input_ids, attention_mask, position_ids, model_kwar
 
     Runs the model only up to its decoder (the decoder's forward pre-hook stops it there).
     """
-    decoder = model.get_decoder()
+    decoder = decoder_of(model)
 
     def grab(_module, args, kwargs):
         raise _Embeds(kwargs.get("inputs_embeds"))
@@ -46,32 +48,57 @@ def prompt_embeddings(model, input_ids, attention_mask, position_ids, model_kwar
     return decoder.embed_tokens(input_ids)
 
 
+@contextmanager
+def first_layers(model, num_layers: int, kept: torch.nn.ModuleList | None = None):
+    """Run ``model`` with only its first ``num_layers`` decoder layers for the duration of the block (restored on exit,
+    also on error). The model's own forward does the rest — embeddings (scaled or multimodal), per-layer-type masks and
+    rotary embeddings, final norm, LM head and logit soft-capping — so the draft is exactly the target's first layers.
+    ``kept``: a prebuilt ``ModuleList`` of those layers (saves rebuilding it every call)."""
+    decoder = decoder_of(model)
+    layers = decoder.layers
+    decoder.layers = kept if kept is not None else torch.nn.ModuleList(list(layers)[:num_layers])
+    try:
+        yield decoder
+    finally:
+        decoder.layers = layers
+
+
 class EarlyExitRunner(ModelRunner):
+    """A runner whose forwards run the model through its first ``num_layers`` layers (then its final norm and head).
+
+    ``tentative_hidden [B, pending, H]``: the hidden states those layers produced for every tentative token so far —
+    what layer n of the full model receives, for verification that reuses them (:class:`LayerReuse`).
+    """
+
     def __init__(self, model, vocab_size, num_layers: int):
         super().__init__(model, vocab_size)
-        self.decoder = model.get_decoder()
-        self.head = model.get_output_embeddings()
         self.num_layers = num_layers
-        self.text_config = text_config_of(model)
+        self.layout = self.layout.truncated(num_layers)
+        self.tentative_hidden: torch.Tensor | None = None
+        self._kept = torch.nn.ModuleList(list(decoder_of(model).layers)[:num_layers])  # the same modules, not copies
 
     def _forward(self, input_ids, attention_mask, position_ids, logits_to_keep=0, **model_kwargs):
-        if model_kwargs:  # multimodal prefill: embeddings with image features merged
-            h = prompt_embeddings(self.model, input_ids, attention_mask, position_ids, model_kwargs)
-        else:
-            h = self.decoder.embed_tokens(input_ids)
-        text_positions = None if position_ids.dim() == 3 else position_ids  # M-RoPE: 3-D positions feed rope only
-        mask = create_causal_mask(config=self.text_config, inputs_embeds=h, attention_mask=attention_mask,
-                                  past_key_values=self.cache, position_ids=text_positions)  # fmt: skip
-        rope = self.decoder.rotary_emb(h, position_ids)
-        for layer in self.decoder.layers[: self.num_layers]:
-            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=text_positions,
-                      past_key_values=self.cache, use_cache=True)  # fmt: skip
-            h = h[0] if isinstance(h, tuple) else h
-        # what layer n of the full model would receive, for every tentative token so far: [B, pending, H]
+        captured = {}
+
+        def grab(_module, args):  # the final norm's input: the last kept layer's output
+            captured["hidden"] = args[0]
+
+        with first_layers(self.model, self.num_layers, self._kept) as decoder:
+            handle = decoder.norm.register_forward_pre_hook(grab)
+            try:
+                if model_kwargs:  # a multimodal prefill: the whole model (vision tower, merged embeddings)
+                    logits = super()._forward(input_ids, attention_mask, position_ids, logits_to_keep=logits_to_keep,
+                                              **model_kwargs)  # fmt: skip
+                else:  # text steps: the decoder stack alone (a VLM wrapper adds nothing to them), then the head
+                    h = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                past_key_values=self.cache, use_cache=True).last_hidden_state  # fmt: skip
+                    logits = output_logits(self.model, h[:, -logits_to_keep:] if logits_to_keep else h)
+            finally:
+                handle.remove()
+        h = captured["hidden"]  # [B, L, H]
         earlier = self.pending - h.shape[1]
         self.tentative_hidden = h if earlier <= 0 else torch.cat([self.tentative_hidden, h], dim=1)
-        h = self.decoder.norm(h[:, -logits_to_keep:] if logits_to_keep else h)
-        return self.head(h)
+        return logits
 
 
 class EarlyExitDraftSession(ModelDraftSession):
@@ -141,7 +168,7 @@ class EarlyExitDrafter(Drafter):
     name = "early-exit"
 
     def __init__(self, target, num_layers: int, share_kv: bool = False):
-        decoder = target.get_decoder()
+        decoder = decoder_of(target)
         total = len(decoder.layers)
         if not isinstance(num_layers, int) or not 1 <= num_layers < total:
             raise ValueError(f"num_layers: expected an int in [1, {total - 1}] (the target has {total} layers), got {num_layers!r}")

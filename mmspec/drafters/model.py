@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..layout import attention_layout
 from ..runner import ModelRunner, logits_width
 from ..sampling import process_logits, sample
 from ..tree import TreeSpec
@@ -119,6 +120,7 @@ class ModelDrafter(Drafter):
         self.name = "text-only" if text_only else "model"
 
     def check_compatible(self, target, vocab_size: int) -> None:
+        attention_layout(self.model, "drafter")  # a drafter whose cache cannot roll back is refused too
         width = logits_width(self.model)
         if width < vocab_size:
             raise ValueError(

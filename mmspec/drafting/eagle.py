@@ -24,7 +24,9 @@ from transformers.masking_utils import create_causal_mask
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..drafters.base import DRAFTERS, DraftRequest, DraftSession, Drafter
+from ..cache import new_cache
 from ..drafters.model import ModelDraftSession
+from ..layout import FULL, AttentionLayout
 from ..runner import ModelRunner, text_config_of
 from ..sampling import process_logits
 from ..tree import TreeSpec
@@ -86,6 +88,7 @@ class EagleRunner(ModelRunner):
 
     def __init__(self, head: EagleHead, target, vocab_size: int):
         super().__init__(target, vocab_size)
+        self.layout = AttentionLayout((FULL,))  # the head's one full-attention layer, whatever the target's layout
         self.mrope = False  # the head has its own 1-D positions over the (feature, token) pairs
         self.head = head
         self.embed = target.get_input_embeddings()
@@ -95,7 +98,7 @@ class EagleRunner(ModelRunner):
 
     def prefill_pairs(self, token_embeds, features, mask) -> None:
         """Prefill with (f_i, embed(x_{i+1})) pairs of the prompt: token_embeds / features [B, P, H], mask [B, P]."""
-        self.cache = DynamicCache(config=self.head.layer_config)
+        self.cache = new_cache()
         self.mask, self.padded = mask.long(), bool((mask == 0).any())
         self.next_pos = mask.long().sum(-1)  # [B] positions 0..P_real-1 used
         self.pending, self.parents, self.depth, self.outputs = 0, [], [], None

@@ -12,8 +12,8 @@ Early-exit drafting shares KV the other way round (:meth:`mmspec.runner.ModelRun
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
+from ..cache import new_cache
 from ..runner import eager_attention
 
 
@@ -43,7 +43,7 @@ def layer_visual_scores(runner, input_ids, attention_mask, visual: torch.Tensor,
     rows = max(1, min(rows, after))
     if runner.pending or runner.length != t:
         raise ValueError("runner: expected the target's runner right after its prefill of this prompt")
-    view = DynamicCache(config=runner.model.config)
+    view = new_cache()
     for i, layer in enumerate(runner.cache.layers):
         view.update(layer.keys[:, :, : t - rows], layer.values[:, :, : t - rows], i)
     positions = runner.prompt_positions(input_ids, attention_mask, model_kwargs)[..., t - rows :]

@@ -199,6 +199,12 @@ class DecodeRequest:
     init: str = "random"
     params: dict[str, Any] = field(default_factory=dict)  # verifier parameters (delta, lam, reuse, window_ranks...)
 
+    def __post_init__(self):
+        for name in ("window", "num_draft_tokens"):  # named here, before a loop config sees them under another name
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+
 
 def _generator(seed: int, device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)

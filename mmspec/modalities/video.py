@@ -17,15 +17,18 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .vlm import VLMOutput, VLMSpeculator, _as_list
+from .vlm import VLMOutput, VLMSpeculator, _as_list, model_inputs, on_target
 
 
 def sample_indices(total: int, num_frames: int | None) -> np.ndarray:
     """``num_frames`` indices spread uniformly over ``total`` frames (first and last included); all when None."""
-    if num_frames is None or num_frames >= total:
+    if num_frames is None:
         return np.arange(total)
-    if not isinstance(num_frames, int) or num_frames < 1:
-        raise ValueError(f"num_frames: expected an int >= 1 or None, got {num_frames!r}")
+    if not isinstance(num_frames, (int, np.integer)) or isinstance(num_frames, bool) or num_frames < 1:
+        raise ValueError(f"num_frames: expected an int >= 1 or None (every frame), got {num_frames!r}")
+    if num_frames > total:
+        raise ValueError(f"num_frames: the clip has {total} frames, fewer than the {num_frames} asked for; pass "
+                         f"num_frames <= {total} or None (every frame)")  # fmt: skip
     return np.linspace(0, total - 1, num_frames).round().astype(int)
 
 
@@ -34,6 +37,8 @@ def read_video(path: str | Path, num_frames: int | None = None) -> np.ndarray:
     import cv2
 
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"video: expected a video file, got the directory {str(path)!r}")
     if not path.is_file():
         raise FileNotFoundError(f"video: no such file {str(path)!r}")
     cap = cv2.VideoCapture(str(path))
@@ -89,6 +94,9 @@ def load_frames(video, num_frames: int | None = None) -> np.ndarray:
         array = video
     elif isinstance(video, (list, tuple)) and video:
         if all(isinstance(f, Image.Image) for f in video):
+            sizes = sorted({f.size for f in video})
+            if len(sizes) != 1:
+                raise ValueError(f"video: expected frames of one size, got PIL images of sizes (w, h) {sizes}")
             array = np.stack([np.asarray(f.convert("RGB")) for f in video])
         elif all(isinstance(f, np.ndarray) for f in video):
             shapes = {f.shape for f in video}
@@ -145,8 +153,7 @@ class VideoSpeculator(VLMSpeculator):
         token = self.processor.video_token
         prompts = [p if token in p else f"{self.video_placeholder} {p}" for p in prompts]
         enc = self.processor(videos=clips, text=prompts, padding=True, return_tensors="pt")
-        device = next(self.target.parameters()).device
-        return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in enc.items()}
+        return on_target(self.target, model_inputs(self.target, enc))
 
     def generate(self, video, prompt, *, num_frames: int | None = None, max_new_tokens: int = 32, generator=None,
                  **overrides) -> VLMOutput:  # fmt: skip

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +50,41 @@ def _as_list(value, name: str, kind, kind_name: str) -> list:
     return list(items)
 
 
+def placeholder_token_ids(model, processor) -> tuple[int, ...]:
+    """Ids of the tokens that stand for visual features in the *expanded* prompt (what the drafters must skip or
+    compress): the model config's image / video token ids. Processors may name a different, user-facing token
+    (Gemma 3's ``<start_of_image>`` expands to ``<image_soft_token>`` x N), so the processor is only a fallback."""
+    cfg = model.config
+    ids = [getattr(cfg, name, None) for name in ("image_token_id", "image_token_index", "video_token_id", "video_token_index")]
+    ids = [i for i in ids if isinstance(i, int) and i >= 0]
+    if ids:
+        return tuple(dict.fromkeys(ids))
+    tok = processor.tokenizer
+    tokens = [getattr(processor, a, None) for a in ("image_token", "video_token")]
+    return tuple(tok.convert_tokens_to_ids(t) for t in tokens if t)
+
+
+def model_inputs(model, enc: dict) -> dict:
+    """The processor outputs the model's forward takes for generation: no ``labels`` (PaliGemma's processor always
+    makes them) and, for a forward without ``**kwargs``, nothing it does not name."""
+    params = inspect.signature(model.forward).parameters
+    open_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in enc.items() if k != "labels" and (open_kwargs or k in params)}
+
+
+def on_target(target, enc: dict) -> dict:
+    """Processor outputs moved to the target's device; pixels (``pixel_values*``) in its dtype, other floats (e.g.
+    Qwen2.5-VL's seconds per temporal patch, which feed positions) as they are."""
+    param = next(target.parameters())
+
+    def move(key, v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        return v.to(param.device, param.dtype if key.startswith("pixel_values") and v.is_floating_point() else None)
+
+    return {k: move(k, v) for k, v in enc.items()}
+
+
 class VLMSpeculator:
     """Speculative decoding for image-text-to-text models (LLaVA, Qwen2-VL and other HF classes)."""
 
@@ -57,9 +93,8 @@ class VLMSpeculator:
         self.target = target.eval()
         self.processor = processor
         tok = processor.tokenizer
-        self.image_token = getattr(processor, "image_token", None) or "<image>"
-        placeholders = [getattr(processor, a, None) for a in ("image_token", "video_token")]
-        placeholder_ids = tuple(tok.convert_tokens_to_ids(t) for t in placeholders if t)
+        self.image_token = getattr(processor, "image_token", None) or "<image>"  # what a prompt writes per image
+        placeholder_ids = placeholder_token_ids(target, processor)
         self.config = SpecConfig(num_draft_tokens=num_draft_tokens, verifier=verifier,
                                  eos_token_id=tok.eos_token_id, **config_kwargs)  # fmt: skip
         self.engine = SpeculativeEngine(target, as_drafter(drafter), self.config, placeholder_ids=placeholder_ids,
@@ -76,9 +111,9 @@ class VLMSpeculator:
         if len(images) != len(prompts):
             raise ValueError(f"image/prompt: expected one image per prompt, got {len(images)} images and {len(prompts)} prompts")
         prompts = [p if self.image_token in p else f"{self.image_token} {p}" for p in prompts]
-        enc = self.processor(images=[im.convert("RGB") for im in images], text=prompts, padding=True, return_tensors="pt")
-        device = next(self.target.parameters()).device
-        return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in enc.items()}
+        # one list of images per prompt: processors that count images per sample (Gemma 3, Idefics3) need the nesting
+        enc = self.processor(images=[[im.convert("RGB")] for im in images], text=prompts, padding=True, return_tensors="pt")
+        return on_target(self.target, model_inputs(self.target, enc))
 
     def generate(self, image, prompt, *, max_new_tokens: int = 32, generator: torch.Generator | None = None,
                  **overrides) -> VLMOutput:  # fmt: skip

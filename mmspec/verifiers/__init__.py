@@ -1,6 +1,6 @@
 """Verifier registry. Importing this package registers every built-in rule (one module per family)."""
 
 from . import continuous, exact, jacobi, relaxed, spans  # noqa: F401  (register their rules)
-from .base import VERIFIERS, BenchCase, Verifier, make_verifier
+from .base import DOMAINS, VERIFIERS, BenchCase, Verifier, check_verifier, make_verifier
 
-__all__ = ["VERIFIERS", "BenchCase", "Verifier", "make_verifier"]
+__all__ = ["DOMAINS", "VERIFIERS", "BenchCase", "Verifier", "check_verifier", "make_verifier"]

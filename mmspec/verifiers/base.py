@@ -11,6 +11,13 @@ from ..registry import Registry
 from ..types import Proposal, TargetScores, Verdict
 
 
+DOMAINS = {  # what a verifier's proposals are, and which loop runs it
+    "token": "token drafts (SpeculativeEngine; also the Jacobi loop's drafter methods)",
+    "jacobi": "Jacobi windows (the image-AR Jacobi loop: the verdict also gives the next window)",
+    "continuous": "continuous states (DiffusionSpeculator)",
+}
+
+
 class Verifier:
     """Base class. Subclasses set ``lossless`` and ``needs_probs`` and implement :meth:`verify`.
 
@@ -23,12 +30,25 @@ class Verifier:
     supports_trees: ClassVar[bool] = False  # whether token trees (Proposal.parents) are verified; else chains only
     bounds: ClassVar[str] = "exact: output law equals the target's"
     paper: ClassVar[str] = ""
+    domain: ClassVar[str] = "token"  # a key of DOMAINS: what it verifies
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator: torch.Generator | None = None) -> Verdict:
         raise NotImplementedError  # abstract; every registered verifier overrides it
 
 
 VERIFIERS: Registry[type[Verifier]] = Registry("verifier")
+
+
+def check_verifier(name, domains: tuple[str, ...], where: str) -> type[Verifier]:
+    """The registered verifier class ``name`` if its domain is one of ``domains``; else a clear error naming the
+    verifiers valid ``where``."""
+    valid = [n for n in VERIFIERS.names() if VERIFIERS.get(n).domain in domains and not n.startswith("test-")]
+    if not isinstance(name, str) or name not in VERIFIERS:
+        raise ValueError(f"verifier: expected one of {valid} ({where}), got {name!r}")
+    cls = VERIFIERS.get(name)
+    if cls.domain not in domains:
+        raise ValueError(f"verifier: {name!r} verifies {DOMAINS[cls.domain]}, not {where}; expected one of {valid}")
+    return cls
 
 
 def make_verifier(name: str, **params) -> Verifier:

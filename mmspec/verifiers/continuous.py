@@ -395,6 +395,7 @@ class ContinuousVerifier(Verifier):
 
     needs_probs = False
     supports_trees = False  # chains of continuous states only
+    domain = "continuous"
 
     def check(self, proposal, scores) -> None:
         raise NotImplementedError  # abstract

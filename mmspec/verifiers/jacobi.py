@@ -428,6 +428,7 @@ class _JacobiVerifier(Verifier):
 
     lossless = True
     needs_probs = True
+    domain = "jacobi"
     keeps_window = True  # the verdict carries the next window (extras); the Jacobi loop uses it as it is
 
     def __init__(self, init: str = "random"):

@@ -12,6 +12,9 @@ from typing import Callable
 import torch
 
 from ..registry import Registry
+from .integrity import WeightsIntegrityError, pretrained, verify
+
+__all__ = ["ZOO", "WEIGHTS", "WeightsIntegrityError", "ZooEntry", "load"]
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -45,12 +48,12 @@ def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM
     path = Path(path)
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-vlm: no weights at {path}; run `mmspec zoo train shapes-vlm`")
-    load = dict(dtype=dtype, local_files_only=True)
+    load = dict(dtype=dtype)
     return ShapesVLM(
-        target=LlavaForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
+        target=pretrained(LlavaForConditionalGeneration, path / "target", **load).to(device).eval(),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
-        drafter_vlm=LlavaForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval(),
-        drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
+        drafter_vlm=pretrained(LlavaForConditionalGeneration, path / "drafter-vlm", **load).to(device).eval(),
+        drafter_text=pretrained(LlamaForCausalLM, path / "drafter-text", **load).to(device).eval(),
         eagle=_load_eagle(path, dtype, device),
     )
 
@@ -60,7 +63,7 @@ def _load_eagle(path: Path, dtype, device):
         return None
     from ..drafting.eagle import EagleHead
 
-    return EagleHead.from_pretrained(path / "eagle").to(device=device, dtype=dtype).eval()
+    return pretrained(EagleHead, path / "eagle").to(device=device, dtype=dtype).eval()
 
 
 def _train_shapes_vlm(out_dir, **options):
@@ -89,21 +92,21 @@ def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesV
     path = Path(path)
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
-    load = dict(dtype=dtype, local_files_only=True)
+    load = dict(dtype=dtype)
     eagle, adaptor, drafter_adaptor = _load_eagle(path, dtype, device), None, None
-    drafter_vlm = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-vlm", **load).to(device).eval()
+    drafter_vlm = pretrained(Qwen2VLForConditionalGeneration, path / "drafter-vlm", **load).to(device).eval()
     if (path / "adaptor" / "config.json").exists():
         from ..drafting.query_adaptor import QueryAdaptor
 
-        adaptor = QueryAdaptor.from_pretrained(path / "adaptor").to(device=device, dtype=dtype).eval()
+        adaptor = pretrained(QueryAdaptor, path / "adaptor").to(device=device, dtype=dtype).eval()
         drafter_adaptor = drafter_vlm  # trained on both views; an older layout kept a separate copy:
         if (path / "drafter-adaptor" / "config.json").exists():
-            drafter_adaptor = Qwen2VLForConditionalGeneration.from_pretrained(path / "drafter-adaptor", **load).to(device).eval()
+            drafter_adaptor = pretrained(Qwen2VLForConditionalGeneration, path / "drafter-adaptor", **load).to(device).eval()
     return ShapesVideo(
-        target=Qwen2VLForConditionalGeneration.from_pretrained(path / "target", **load).to(device).eval(),
+        target=pretrained(Qwen2VLForConditionalGeneration, path / "target", **load).to(device).eval(),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
         drafter_vlm=drafter_vlm,
-        drafter_text=LlamaForCausalLM.from_pretrained(path / "drafter-text", **load).to(device).eval(),
+        drafter_text=pretrained(LlamaForCausalLM, path / "drafter-text", **load).to(device).eval(),
         adaptor=adaptor,
         drafter_adaptor=drafter_adaptor,
         eagle=eagle,
@@ -132,7 +135,7 @@ def _load_shapes_video_long(path: Path, dtype=torch.float32, device="cpu") -> Sh
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-video-long: no weights at {path}; run "
                                 "`mmspec zoo train shapes-video-long`")  # fmt: skip
-    target = Qwen2VLForConditionalGeneration.from_pretrained(path / "target", dtype=dtype, local_files_only=True)
+    target = pretrained(Qwen2VLForConditionalGeneration, path / "target", dtype=dtype)
     return ShapesVideoLong(target=target.to(device).eval(),
                            processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True))  # fmt: skip
 
@@ -170,13 +173,13 @@ def _load_shapes_t2i(path: Path, dtype=torch.float32, device="cpu") -> ShapesT2I
     path = Path(path)
     if not (path / "target" / "config.json").exists():
         raise FileNotFoundError(f"zoo entry shapes-t2i: no weights at {path}; run `mmspec zoo train shapes-t2i`")
-    load = dict(dtype=dtype, local_files_only=True)
+    load = dict(dtype=dtype)
     optional = {name: (path / name / "config.json").exists() for name in ("drafter", "judge")}
     return ShapesT2I(
-        vq=VQModel.from_pretrained(path / "vq", torch_dtype=dtype, local_files_only=True).to(device).eval(),
-        target=LlamaForCausalLM.from_pretrained(path / "target", **load).to(device).eval(),
-        drafter=LlamaForCausalLM.from_pretrained(path / "drafter", **load).to(device).eval() if optional["drafter"] else None,
-        judge=ResNetForImageClassification.from_pretrained(path / "judge", **load).to(device).eval() if optional["judge"] else None,
+        vq=pretrained(VQModel, path / "vq", torch_dtype=dtype).to(device).eval(),
+        target=pretrained(LlamaForCausalLM, path / "target", **load).to(device).eval(),
+        drafter=pretrained(LlamaForCausalLM, path / "drafter", **load).to(device).eval() if optional["drafter"] else None,
+        judge=pretrained(ResNetForImageClassification, path / "judge", **load).to(device).eval() if optional["judge"] else None,
     )
 
 
@@ -216,9 +219,9 @@ def _load_shapes_ddpm(path: Path, dtype=torch.float32, device="cpu") -> ShapesDD
     judge_dir = WEIGHTS / "shapes-t2i" / "judge"
     judge = None
     if (judge_dir / "config.json").exists():
-        judge = ResNetForImageClassification.from_pretrained(judge_dir, dtype=dtype, local_files_only=True).to(device).eval()
+        judge = pretrained(ResNetForImageClassification, judge_dir, dtype=dtype).to(device).eval()
     return ShapesDDPM(
-        unet=UNet2DModel.from_pretrained(path / "unet", torch_dtype=dtype, local_files_only=True).to(device).eval(),
+        unet=pretrained(UNet2DModel, path / "unet", torch_dtype=dtype).to(device).eval(),
         scheduler=DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True),
         judge=judge,
     )
@@ -236,6 +239,11 @@ def _train_shapes_ddpm(out_dir, **options):
 ZOO.register("shapes-ddpm")(ZooEntry("shapes-ddpm", _train_shapes_ddpm, _load_shapes_ddpm))
 
 
-def load(name: str, dtype=torch.float32, device="cpu"):
+def load(name: str, dtype=torch.float32, device="cpu", *, path=None, verify_weights: bool = True):
+    """Load a zoo entry's models (from ``path``, default: the bundled weights). ``verify_weights``: check every file
+    against the sha256 its card records first (:mod:`mmspec.zoo.integrity`); False for entries retrained in place."""
     entry = ZOO.get(name)
-    return entry.load(entry.path, dtype=dtype, device=device)
+    root = Path(path) if path is not None else entry.path
+    if verify_weights:
+        verify(root, name)
+    return entry.load(root, dtype=dtype, device=device)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..training import count_parameters, fit
+from .integrity import write_card
 from .shapes_t2i import IMAGE_SIZE, NUM_CLASSES, example, to_tensor
 
 NULL_CLASS = NUM_CLASSES  # the class id of the empty condition (classifier-free guidance)
@@ -109,7 +110,7 @@ def train(out_dir: str | Path, *, steps: int = 10000, dataset_size: int = 30000,
                  "dataset": {"images": dataset_size, "render_seconds": round(render_seconds, 1)}})  # fmt: skip
     if not smoke:
         card["quality"] = evaluate(out)
-    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out, card)  # with a sha256 per file, verified on load
     return card
 
 

@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw
 
 from ..modalities.image_ar import codes_to_images, images_to_codes
 from ..training import count_parameters, fit
+from .integrity import write_card
 from .shapes import COLORS, SHAPES, draw_shape
 
 IMAGE_SIZE = 32
@@ -388,5 +389,5 @@ def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500,
             teacher = LlamaForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
             models["drafter"] = _train_ar(out, "drafter", DRAFTER_SIZE, prefix, codes, drafter_steps, batch_size, 3e-3,
                                           seed, teacher=teacher)  # fmt: skip
-    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out, card)  # with a sha256 per file, verified on load
     return card

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from .integrity import write_card
 from .shapes import COLORS, POSITIONS, SHAPES, draw_shape, vocabulary as image_vocabulary
 from ..training import count_parameters, fit, pack_answers
 
@@ -422,7 +423,7 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
         print(name, json.dumps(entry), flush=True)
     card["retrain"] = "mmspec zoo train shapes-video [--only target,drafter-text,drafter-vlm,adaptor,eagle]"
     card["size_mb"] = round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)
-    (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out_dir, card)  # with a sha256 per file, verified on load
     return card
 
 
@@ -571,6 +572,6 @@ def train_long(out_dir: str | Path, *, base: str | Path, steps: int = 800, batch
                                   "train_seconds": round(time.perf_counter() - t0, 1)}},
             "retrain": "mmspec zoo train shapes-video-long (fine-tunes the bundled shapes-video target)",
             "size_mb": round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)}  # fmt: skip
-    (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out_dir, card)  # with a sha256 per file, verified on load
     print(json.dumps(card["models"]["target"]), flush=True)
     return card

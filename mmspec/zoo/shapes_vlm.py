@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .integrity import write_card
 from .shapes import make_scene, vocabulary
 from ..training import count_parameters, fit, pack_answers
 
@@ -249,7 +250,7 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
             processor.save_pretrained(out_dir / name)
         else:
             tok.save_pretrained(out_dir / name)
-    (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    write_card(out_dir, card)  # with a sha256 per file, verified on load
     return card
 
 

@@ -48,14 +48,15 @@ def onevision_processor(frame=32, patch=8):
     )  # fmt: skip
 
 
-def onevision_video(seed=0, layers=2, hidden=64, frame=32, patch=8):
-    """(model, processor): a tiny LLaVA-OneVision (SigLIP tower, Qwen2 LM); 4 frames -> 4 * 2 * 2 + 1 video tokens."""
+def onevision_video(seed=0, layers=2, hidden=64, frame=32, patch=8, vocab_size=None):
+    """(model, processor): a tiny LLaVA-OneVision (SigLIP tower, Qwen2 LM); 4 frames -> 4 * 2 * 2 + 1 video tokens.
+    ``vocab_size``: the LM's vocabulary (default: the tokenizer's size rounded up to a multiple of 8)."""
     from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration
 
     processor = onevision_processor(frame, patch)
     tok = processor.tokenizer
     cfg = LlavaOnevisionConfig(
-        text_config=dict(model_type="qwen2", vocab_size=8 * math.ceil(len(tok) / 8), hidden_size=hidden,
+        text_config=dict(model_type="qwen2", vocab_size=vocab_size or 8 * math.ceil(len(tok) / 8), hidden_size=hidden,
                          intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
                          num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2),
         vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,

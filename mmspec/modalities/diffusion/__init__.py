@@ -132,6 +132,9 @@ class DiffusionSpeculator:
         if bad:
             raise ValueError(f"{bad[0]}: not a parameter of method {name!r}; it takes {list(impl.params) or 'none'}")
         kernel = self.kernel(num_inference_steps, sampler, eta)
+        if impl.needs_stochastic and not kernel.stochastic and kernel.num_steps == 1:
+            raise ValueError(f"num_inference_steps: method {name!r} drafts and couples stochastic steps, but with 1 step "
+                             f"the {kernel.sampler!r} sampler takes only its final, deterministic step; expected >= 2")  # fmt: skip
         if impl.needs_stochastic and not kernel.stochastic:
             raise ValueError(
                 f"method {name!r} is lossless only for a stochastic sampler (σ > 0 at every step but the last), but sampler "
