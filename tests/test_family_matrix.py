@@ -58,13 +58,13 @@ def _drafter(name, family, target, cache):
     return EagleDrafter(target, EagleHead.for_target(target).to(torch.float64).eval())
 
 
-def _pick_eos(new: torch.Tensor) -> int | None:
+def _pick_eos(new: torch.Tensor, pad: int) -> int | None:
     """A token that ends one row early (first seen there at step 3..10) and never appears in the other row: one row
     stops mid-batch while the other runs on. None when the outputs offer none."""
     for early, other in ((0, 1), (1, 0)):
         row, rest = new[early].tolist(), set(new[other].tolist())
         for i in range(3, min(11, len(row))):
-            if row[i] not in row[:i] and row[i] not in rest:
+            if row[i] != pad and row[i] not in row[:i] and row[i] not in rest:
                 return row[i]
     return None
 
@@ -82,7 +82,7 @@ class Case:
             self.spec = VLMSpeculator(self.target, processor, drafter=NgramDrafter())
             rng = np.random.default_rng(0)
             images = [Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)) for _ in range(2)]
-            self.enc = self.spec.prepare(images, ["caption :", "what is on the image ? answer :"])
+            self.enc = self.spec.prepare(images, ["caption :", "what is on the image ?"])
             self.pad = processor.tokenizer.pad_token_id
         else:
             g = torch.Generator().manual_seed(1)
@@ -94,7 +94,8 @@ class Case:
         self.enc = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
                     for k, v in self.enc.items()}  # pixels in the model's dtype  # fmt: skip
         ref = self.reference(NEW, 2)
-        self.eos = _pick_eos(ref[:, self.enc["input_ids"].shape[1] :]) or 2  # else the config's EOS
+        eos = _pick_eos(ref[:, self.enc["input_ids"].shape[1] :], self.pad)
+        self.eos = 2 if eos is None else eos  # else the config's EOS
         self.refs = {NEW: self.reference(NEW, self.eos), LONG: None}
 
     def reference(self, new: int, eos):
