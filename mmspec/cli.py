@@ -45,7 +45,7 @@ def demo(args) -> None:
 
 
 def bench(args) -> None:
-    from .bench_vlm import bench_vlm, print_report
+    from .bench.vlm import bench_vlm, print_report
 
     ks = tuple(int(k) for k in args.ks.split(","))
     rows, meta = bench_vlm(scenes=args.scenes, reps=args.reps, max_new_tokens=args.max_new_tokens,
@@ -57,11 +57,11 @@ def bench(args) -> None:
 
 def bench_video(args) -> None:
     from . import zoo
-    from .bench_video import bench_video as run, print_report
+    from .bench.video import bench_video as run, print_report
 
     models = zoo.load("shapes-video", path=args.zoo_path) if args.zoo_path else None
     if args.std_scaling:
-        from .bench_video import std_scaling, std_scaling_table
+        from .bench.video import std_scaling, std_scaling_table
 
         models = models or zoo.load("shapes-video")
         contexts = tuple(int(c) for c in args.std_scaling.split(","))
@@ -71,7 +71,7 @@ def bench_video(args) -> None:
         print(std_scaling_table(std_scaling(models.target, contexts, keep=16, k=5, batch=batch), keep=16, k=5))
         return
     if args.drafter_prefill:
-        from .bench_video import drafter_prefill_breakdown
+        from .bench.video import drafter_prefill_breakdown
 
         models = models or zoo.load("shapes-video")
         others = {path: zoo.load("shapes-video", path=path) for path in args.compare_zoo_path or ()}
@@ -80,7 +80,7 @@ def bench_video(args) -> None:
             print(f"  {key}: {value}")
         return
     if args.long:
-        from .bench_video import bench_video_long
+        from .bench.video import bench_video_long
 
         long_models = zoo.load("shapes-video-long", path=args.long_zoo_path) if args.long_zoo_path else None
         rows, meta = bench_video_long(clips=args.clips or 16, batch=args.batch or 16, slowdown=args.slowdown, reps=args.reps,
@@ -96,7 +96,7 @@ def bench_video(args) -> None:
 
 def bench_image_ar(args) -> None:
     from . import zoo
-    from .bench_image_ar import bench_image_ar as run, image_ar_table, save_sweep_plot
+    from .bench.image_ar import bench_image_ar as run, image_ar_table, save_sweep_plot
 
     models = zoo.load("shapes-t2i", path=args.zoo_path)
     only = args.only.split(",") if args.only else None
@@ -112,7 +112,7 @@ def bench_image_ar(args) -> None:
 
 def _write_outputs(args, rows, meta, save_plot, plot_name: str) -> None:
     """--json rows and --plot figure of a quality bench (image-ar, diffusion)."""
-    from .bench_image_ar import save_json
+    from .bench.harness import save_json
 
     if args.json:
         save_json(rows, args.json, meta)
@@ -124,7 +124,7 @@ def _write_outputs(args, rows, meta, save_plot, plot_name: str) -> None:
 
 def bench_diffusion(args) -> None:
     from . import zoo
-    from .bench_diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
+    from .bench.diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
 
     models = zoo.load("shapes-ddpm", path=args.zoo_path)
     only = args.only.split(",") if args.only else None
@@ -141,7 +141,7 @@ def bench_diffusion(args) -> None:
 
 
 def bench_verifiers(args) -> None:
-    from .bench_verifiers import bench_verifiers as run, markdown
+    from .bench.verifiers import bench_verifiers as run, markdown
 
     rows, meta = run(batch=args.batch, k=args.k, vocab=args.vocab, reps=args.reps, json_path=args.json)
     print("\nmmspec bench verifiers — vectorised rule vs per-position reference loop\n")

@@ -23,7 +23,8 @@ from .config import SpecConfig
 from .draft_length import POLICIES
 from .drafters.base import DraftRequest, Drafter
 from .layout import attention_layout
-from .runner import ModelRunner, logits_width, text_config_of
+from .models import logits_width, text_config_of
+from .runner import ModelRunner
 from .sampling import process_logits, sample_tokens
 from .tree import TreeSpec
 from .types import GenerationOutput, RoundStats, SpecStats, TargetScores

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from .drafters.base import DraftRequest, Drafter
-from .runner import ModelRunner, logits_width, text_config_of
+from .models import logits_width, text_config_of
+from .runner import ModelRunner
 from .sampling import SamplingParams, process_logits, sample_tokens
 from .types import GenerationOutput, Proposal, RoundStats, SpecStats, TargetScores
 from .verifiers import check_verifier, make_verifier

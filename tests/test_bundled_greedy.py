@@ -8,7 +8,7 @@ import torch
 
 from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter, VideoSpeculator, VLMSpeculator, zoo
 from mmspec.drafters import CompressedVLMDrafter
-from mmspec.drafting.eagle import EagleDrafter
+from mmspec.drafters.eagle import EagleDrafter
 
 NEW = 40
 

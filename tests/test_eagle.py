@@ -11,8 +11,9 @@ import torch
 from tests.conftest import IMAGE_ID, llava_inputs, qwen2vl_inputs, tiny_llama
 
 from mmspec import SpecConfig, SpeculativeEngine
-from mmspec.drafting.alignment import distill_eagle_head, eagle_loss, feature_regression, kl_to_teacher
-from mmspec.drafting.eagle import EagleDrafter, EagleHead
+from mmspec.training.distill import distill_eagle_head, eagle_loss, feature_regression, kl_to_teacher
+from mmspec.drafters.eagle import EagleDrafter
+from mmspec.drafting.eagle_head import EagleHead
 from mmspec.runner import ModelRunner
 
 NEW = 14

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmspec import ModelDrafter, SpecConfig, SpeculativeEngine
-from mmspec.verifiers.relaxed import build_neighbour_table
+from mmspec.verifiers.codebook import build_neighbour_table
 from tests.conftest import VOCAB
 
 NEW = 12

@@ -20,7 +20,8 @@ from PIL import Image
 from tests.helpers.families import TEXT_FAMILIES, VLM_FAMILIES, noisy_copy
 
 from mmspec import EarlyExitDrafter, ModelDrafter, NgramDrafter, SpecConfig, SpeculativeEngine, VLMSpeculator
-from mmspec.drafting.eagle import EagleDrafter, EagleHead
+from mmspec.drafters.eagle import EagleDrafter
+from mmspec.drafting.eagle_head import EagleHead
 
 NEW, LONG = 24, 200
 MODES = {  # SpecConfig fields per mode

@@ -232,7 +232,7 @@ def test_bad_conditions_and_missing_drafter():
 def test_hf_generate_peer_samples_the_same_guided_law():
     """The benchmark's Hugging Face peer (generate with guidance_scale + negative_prompt_ids) draws from the same
     guided distribution as mmspec's plain sampler, so speed comparisons with it are like for like."""
-    from mmspec.bench_image_ar import hf_generate
+    from mmspec.bench.peers import hf_generate
 
     spec = speculator(grid=(2, 2), cfg_scale=2.0)
     prefix = torch.tensor([[COND[0], COND[1]]]).expand(ROWS, -1).contiguous()

@@ -12,7 +12,7 @@ from mmspec import SpecConfig, SpeculativeEngine
 from mmspec.drafters import CompressedVLMDrafter
 from mmspec.drafters.base import DraftRequest
 from mmspec.runner import ModelRunner
-from mmspec.drafting.alignment import compressed_forward, distill_compressed_drafter
+from mmspec.training.distill import compressed_forward, distill_compressed_drafter
 from mmspec.drafting.query_adaptor import QueryAdaptor
 
 

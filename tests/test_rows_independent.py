@@ -105,7 +105,8 @@ def test_errors(llama_pair):
         SpecConfig(rows="independent", tree=(2, 1))
     ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(3))
     cfg = SpecConfig(max_new_tokens=8, rows="independent")
-    from mmspec.drafting.eagle import EagleDrafter, EagleHead
+    from mmspec.drafters.eagle import EagleDrafter
+    from mmspec.drafting.eagle_head import EagleHead
 
     eagle = EagleDrafter(target, EagleHead.for_target(target).eval())
     for drafter in (NgramDrafter(), EarlyExitDrafter(target, 1, share_kv=True), eagle):

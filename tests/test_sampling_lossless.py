@@ -100,7 +100,8 @@ def test_broken_residual_is_caught(models):
 
 def test_eagle_and_shared_kv_early_exit_sampling_match_target(models):
     """Feature-injection drafts (an untrained EAGLE head) and early exit drafting in the target's own cache."""
-    from mmspec.drafting.eagle import EagleDrafter, EagleHead
+    from mmspec.drafters.eagle import EagleDrafter
+    from mmspec.drafting.eagle_head import EagleHead
 
     target = models["target"]
     params = SamplingParams(1.0)

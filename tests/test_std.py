@@ -109,7 +109,7 @@ def test_feedback_rebuild_is_exact_with_every_visual_entry(qwen_pair):
 
 
 def test_std_cost_model_rows(qwen_pair, llava_trio):
-    from mmspec.bench_video import std_scaling, std_scaling_table
+    from mmspec.bench.video import std_scaling, std_scaling_table
 
     for target in (qwen_pair[0], llava_trio[0]):  # M-RoPE and 1-D positions
         for batch in (1, 3):

@@ -14,6 +14,7 @@ from scipy import integrate, stats
 
 import tests.helpers.broken_continuous  # noqa: F401  (registers the test-broken-* verifiers)
 from mmspec.verifiers import make_verifier
+from mmspec.verifiers.continuous import density, forecast, reflection
 from mmspec.verifiers.continuous import (
     ContinuousVerdict,
     ContinuousVerifier,
@@ -25,7 +26,6 @@ from mmspec.verifiers.continuous import (
     GaussianMixtureDensity,
     GaussianProposal,
     GaussianScores,
-    bench_cases,
     density_ratio,
     forecast_threshold,
 )
@@ -185,7 +185,8 @@ class ContinuousVerifierContract:
         assert len(set(fast.num_accepted.tolist())) >= 3, "inputs too easy: rows should stop at different steps"
 
     def test_bench_case_matches_reference(self):
-        (case,) = [c for c in bench_cases(batch=3, k=4, dim=64, seed=1) if c.name == self.name]
+        (case,) = [c for m in (reflection, density, forecast) for c in m.bench_cases(batch=3, k=4, dim=64, seed=1)
+                   if c.name == self.name]
         fast, slow = case.vectorised(), case.reference()
         assert torch.equal(fast.num_accepted, slow.num_accepted)
         torch.testing.assert_close(fast.next_states, slow.next_states, rtol=1e-5, atol=1e-5)

@@ -8,14 +8,9 @@ import torch
 
 from mmspec.types import Proposal, TargetScores
 from mmspec.verifiers import make_verifier
-from mmspec.verifiers.relaxed import (
-    KalmanActionFilter,
-    adaptive_tolerance,
-    bench_cases,
-    build_neighbour_table,
-    lantern_core,
-    lantern_relaxation,
-)
+from mmspec.verifiers import action, codebook, tolerance
+from mmspec.verifiers.action import KalmanActionFilter, adaptive_tolerance
+from mmspec.verifiers.codebook import build_neighbour_table, lantern_core, lantern_relaxation
 from tests.test_verifier_contract import V, VerifierContract, random_round
 
 NEIGHBOURS = build_neighbour_table(torch.randn(V, 4, generator=torch.Generator().manual_seed(0)), 4)
@@ -51,7 +46,8 @@ class TestGSD(VerifierContract):
     params = {"window": 2, "prob_tol": 0.3}
 
 
-@pytest.mark.parametrize("case", bench_cases(batch=4, k=3, vocab=40, seed=1), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [c for m in (tolerance, action, codebook) for c in m.bench_cases(batch=4, k=3, vocab=40, seed=1)],
+                         ids=lambda c: c.name)
 def test_vectorised_equals_reference_loop(case):
     fast, slow = case.vectorised(), case.reference()
     assert torch.equal(fast.num_accepted, slow.num_accepted), (fast.num_accepted, slow.num_accepted)

@@ -13,19 +13,10 @@ import torch
 
 from mmspec.types import Proposal, TargetScores
 from mmspec.verifiers import VERIFIERS, make_verifier
-from mmspec.verifiers.spans import (
-    PhraseLibrary,
-    bench_cases,
-    build_phrase_library,
-    confidence_skip_core,
-    edit_distance_core,
-    greedy_unit_starts,
-    levenshtein,
-    phrase_core,
-    reference_confidence_skip,
-    reference_edit_distance,
-    reference_phrase,
-)
+from mmspec.verifiers import phrase, spans
+from mmspec.verifiers.phrase import PhraseLibrary, build_phrase_library, greedy_unit_starts, phrase_core, reference_phrase
+from mmspec.verifiers.spans import (confidence_skip_core, edit_distance_core, levenshtein, reference_confidence_skip,
+                                    reference_edit_distance)
 from tests.test_verifier_contract import K, V, VerifierContract, agreeing_round, random_round
 
 # every bigram (a, b) with a + b divisible by 3 and a few trigrams: random drafts over V = 11 hit them often
@@ -172,7 +163,7 @@ def _dp(a, b):
 
 
 def test_bench_cases_agree():
-    cases = bench_cases(batch=4, k=6, vocab=64, seed=1)
+    cases = phrase.bench_cases(batch=4, k=6, vocab=64, seed=1) + spans.bench_cases(batch=4, k=6, vocab=64, seed=1)
     assert [c.name for c in cases] == ["phrase", "edit-distance", "confidence-skip"]
     for case in cases:
         assert_same(case.vectorised(), case.reference())

@@ -87,7 +87,7 @@ def test_a_checkpoint_missing_a_tensor_is_refused_even_with_fresh_digests(ddpm_c
 
 
 def test_hub_mixin_modules_load_strictly(tmp_path):
-    from mmspec.drafting.eagle import EagleHead
+    from mmspec.drafting.eagle_head import EagleHead
 
     head = EagleHead(hidden_size=16, num_attention_heads=2, intermediate_size=32)
     head.save_pretrained(tmp_path / "eagle")

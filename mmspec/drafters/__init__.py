@@ -1,13 +1,14 @@
-"""Draft sources, registered by name in DRAFTERS."""
+"""Draft sources, registered by name in DRAFTERS: one module per source."""
 
 from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
 from .compressed import CompressedVLMDrafter
+from .eagle import EagleDrafter
 from .early_exit import EarlyExitDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter
 from .std import STDDrafter
 
 __all__ = [
-    "CompressedVLMDrafter", "DRAFTERS", "DraftRequest", "DraftSession", "Drafter", "EarlyExitDrafter", "ModelDrafter",
-    "NgramDrafter", "STDDrafter",
+    "CompressedVLMDrafter", "DRAFTERS", "DraftRequest", "DraftSession", "Drafter", "EagleDrafter", "EarlyExitDrafter",
+    "ModelDrafter", "NgramDrafter", "STDDrafter",
 ]  # fmt: skip

@@ -22,7 +22,7 @@ from ..drafting.compression import COMPRESSORS, visual_attention_scores
 from ..registry import Registry
 from ..runner import ModelRunner
 from .base import DRAFTERS, DraftRequest
-from .early_exit import prompt_embeddings
+from ..models import prompt_embeddings
 from .model import ModelDrafter, ModelDraftSession
 
 

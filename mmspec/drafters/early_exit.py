@@ -16,36 +16,11 @@ from contextlib import contextmanager
 
 import torch
 
-from ..runner import LayerReuse, ModelRunner, decoder_of, output_logits
+from ..models import decoder_of, output_logits
+from ..runner import LayerReuse, ModelRunner
 from ..types import Proposal
 from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
 from .model import ModelDraftSession
-
-
-class _Embeds(Exception):
-    def __init__(self, embeds):
-        self.embeds = embeds
-
-
-def prompt_embeddings(model, input_ids, attention_mask, position_ids, model_kwargs) -> torch.Tensor:
-    """The language model's input embeddings for a (multimodal) prompt, from the model's own embedding path.
-
-    Runs the model only up to its decoder (the decoder's forward pre-hook stops it there).
-    """
-    decoder = decoder_of(model)
-
-    def grab(_module, args, kwargs):
-        raise _Embeds(kwargs.get("inputs_embeds"))
-
-    handle = decoder.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **model_kwargs)
-    except _Embeds as e:
-        if e.embeds is not None:
-            return e.embeds
-    finally:
-        handle.remove()
-    return decoder.embed_tokens(input_ids)
 
 
 @contextmanager

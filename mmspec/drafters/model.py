@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..layout import attention_layout
-from ..runner import ModelRunner, logits_width
+from ..models import logits_width
+from ..runner import ModelRunner
 from ..sampling import process_logits, sample
 from ..tree import TreeSpec
 from ..types import Proposal

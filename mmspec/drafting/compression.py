@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from ..registry import Registry
-from ..runner import eager_attention
+from ..models import eager_attention
 
 Compressor = Callable[..., torch.Tensor]
 COMPRESSORS: Registry[Compressor] = Registry("visual token compressor")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import new_cache
-from ..runner import eager_attention
+from ..models import eager_attention
 
 
 def visual_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor, placeholder_ids) -> torch.Tensor:

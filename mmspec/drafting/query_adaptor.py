@@ -9,7 +9,7 @@ It is a visual token compressor with the registry's call signature, so
 ``CompressedVLMDrafter(drafter, compressor=adaptor, budget=M)`` uses it like the training-free ones; carried features
 (e.g. 3-D rotary positions) become the attention-weighted mean over the visual tokens each query reads.
 
-Trained jointly with its drafter by :func:`mmspec.drafting.alignment.distill_compressed_drafter` (the zoo recipe for
+Trained jointly with its drafter by :func:`mmspec.training.distill.distill_compressed_drafter` (the zoo recipe for
 shapes-video does this); saved with ``save_pretrained`` (safetensors + config.json).
 """
 

@@ -48,7 +48,7 @@ from ..runner import ModelRunner
 from ..sampling import SamplingParams, sample_tokens
 from ..types import GenerationOutput, SpecStats
 from ..verifiers import VERIFIERS
-from ..verifiers.relaxed import build_neighbour_table, calibrate_distance_threshold
+from ..verifiers.codebook import build_neighbour_table, calibrate_distance_threshold
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ class ShapesVLM:
     processor: object  # LlavaProcessor
     drafter_vlm: object  # small LlavaForConditionalGeneration
     drafter_text: object  # LlamaForCausalLM (text-only)
-    eagle: object | None = None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
+    eagle: object | None = None  # mmspec.drafting.eagle_head.EagleHead on the target (None until trained)
 
 
 def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM:
@@ -61,7 +61,7 @@ def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM
 def _load_eagle(path: Path, dtype, device):
     if not (path / "eagle" / "config.json").exists():
         return None
-    from ..drafting.eagle import EagleHead
+    from ..drafting.eagle_head import EagleHead
 
     return pretrained(EagleHead, path / "eagle").to(device=device, dtype=dtype).eval()
 
@@ -83,7 +83,7 @@ class ShapesVideo:
     drafter_text: object  # LlamaForCausalLM (text-only)
     adaptor: object | None  # mmspec.drafting.query_adaptor.QueryAdaptor (None until trained) ...
     drafter_adaptor: object | None  # ... and the small Qwen2-VL drafter that reads its 16 tokens (drafter_vlm itself)
-    eagle: object | None  # mmspec.drafting.eagle.EagleHead on the target (None until trained)
+    eagle: object | None  # mmspec.drafting.eagle_head.EagleHead on the target (None until trained)
 
 
 def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesVideo:

@@ -118,7 +118,7 @@ def evaluate(out_dir: str | Path, steps: int = 100, seed: int = 0) -> dict:
     """Judge accuracy of one plain DDPM sample per condition (108 images, ``steps`` steps), with the shapes-t2i
     judge; {} when that entry's judge is missing."""
     from . import ZOO
-    from ..bench_image_ar import Judge
+    from ..metrics import Judge
 
     models = ZOO.get("shapes-ddpm").load(out_dir)
     if models.judge is None:

@@ -20,10 +20,10 @@ Models (one word-level tokenizer, saved with the processor in ``target/``):
                    and stand in for the video in drafter-vlm's prompt (a compressed view with no vision pass in the
                    drafter). Trained jointly with drafter-vlm, which keeps training on its full view at the same
                    time, so one drafter serves both views.
-- ``eagle``        an EAGLE-style feature-injection head on the target (:mod:`mmspec.drafting.eagle`), trained by
+- ``eagle``        an EAGLE-style feature-injection head on the target (:mod:`mmspec.drafters.eagle`), trained by
                    distillation on the target's own hidden states and outputs.
 
-The drafters are trained on labels plus logit distillation from the trained target (:mod:`mmspec.drafting.alignment`),
+The drafters are trained on labels plus logit distillation from the trained target (:mod:`mmspec.training.distill`),
 so the target is trained first.
 
 ``mmspec zoo train shapes-video`` rebuilds everything from scratch.
@@ -438,7 +438,7 @@ def _load_target(out_dir: Path):
 
 def _distill_drafter(model, out_dir: Path, processor, *, with_video: bool, steps: int, batch_size: int, lr: float,
                      seed: int, desc: str) -> list[float]:  # fmt: skip
-    from ..drafting.alignment import distill_drafter
+    from ..training.distill import distill_drafter
 
     target = _load_target(out_dir)
 
@@ -467,7 +467,7 @@ def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr:
     queries' 4.57 (BENCHMARKS.md)."""
     from transformers import Qwen2VLForConditionalGeneration
 
-    from ..drafting.alignment import distill_compressed_drafter
+    from ..training.distill import distill_compressed_drafter
     from ..drafting.query_adaptor import QueryAdaptor
 
     target = _load_target(out_dir)
@@ -500,8 +500,8 @@ EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of 
 
 
 def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
-    from ..drafting.alignment import distill_eagle_head
-    from ..drafting.eagle import EagleHead
+    from ..training.distill import distill_eagle_head
+    from ..drafting.eagle_head import EagleHead
 
     target = _load_target(out_dir)
     torch.manual_seed(seed)

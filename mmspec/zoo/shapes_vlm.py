@@ -255,11 +255,11 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
 
 
 def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
-    """An EAGLE head on the trained target (:mod:`mmspec.drafting.eagle`), distilled on its own features."""
+    """An EAGLE head on the trained target (:mod:`mmspec.drafters.eagle`), distilled on its own features."""
     from transformers import LlavaForConditionalGeneration
 
-    from ..drafting.alignment import distill_eagle_head
-    from ..drafting.eagle import EagleHead
+    from ..training.distill import distill_eagle_head
+    from ..drafting.eagle_head import EagleHead
 
     t0 = time.perf_counter()
     target = LlavaForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,

@@ -30,7 +30,7 @@ def vlm_cases():
     import mmspec
     from mmspec import EarlyExitDrafter, NgramDrafter, STDDrafter, VLMSpeculator, zoo
     from mmspec.drafters import CompressedVLMDrafter
-    from mmspec.drafting.eagle import EagleDrafter
+    from mmspec.drafters.eagle import EagleDrafter
     from mmspec.zoo.shapes import make_scene
 
     m = zoo.load("shapes-vlm")
@@ -60,7 +60,7 @@ def vlm_cases():
 def video_cases():
     from mmspec import STDDrafter, VideoSpeculator, zoo
     from mmspec.drafters import CompressedVLMDrafter
-    from mmspec.drafting.eagle import EagleDrafter
+    from mmspec.drafters.eagle import EagleDrafter
     from mmspec.zoo.shapes_video import make_clip
 
     v = zoo.load("shapes-video")

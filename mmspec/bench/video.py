@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from .bench import Method, drop_unsupported, machine_description, run_interleaved, save_json, save_plot, summarise
-from .bench_vlm import Runners
-from .drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
-from .drafting.eagle import EagleDrafter
-from .modalities.video import VideoSpeculator
+from .harness import Method, drop_unsupported, machine_description, run_interleaved, save_json, save_plot, summarise
+from .peers import Runners
+from ..drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
+from ..drafters.eagle import EagleDrafter
+from ..modalities.video import VideoSpeculator
 
 
 def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16, std_keep=(8, 16),
@@ -106,8 +106,8 @@ def video_methods(models, max_new_tokens: int, ks=(3, 4, 5, 6), budget: int = 16
 
 def bench_video(*, clips: int = 8, reps: int = 5, max_new_tokens: int = 64, json_path=None, plot_path=None,
                 progress: bool = True, models=None, methods_filter: str | None = None):  # fmt: skip
-    from . import zoo
-    from .zoo.shapes_video import caption_prompt, make_clip
+    from .. import zoo
+    from ..zoo.shapes_video import caption_prompt, make_clip
 
     if clips < 1 or reps < 1:
         raise ValueError(f"clips/reps: expected ints >= 1, got clips={clips}, reps={reps}")
@@ -161,8 +161,8 @@ def bench_video_long(*, clips: int = 16, batch: int = 16, slowdown: int = 16, re
     fine-tuned on long clips). ``drafter``: a small video LM for the HF assisted peer (default: shapes-video's)."""
     from types import SimpleNamespace
 
-    from . import zoo
-    from .zoo.shapes_video import caption_prompt, make_clip
+    from .. import zoo
+    from ..zoo.shapes_video import caption_prompt, make_clip
 
     if clips < 1 or reps < 1 or batch < 1 or clips % batch:
         raise ValueError(f"clips/batch/reps: expected ints >= 1 with clips a multiple of batch, got clips={clips}, "
@@ -239,8 +239,8 @@ def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int =
     import statistics
     import time
 
-    from .drafting.kv_sharing import sparse_kv_index
-    from .runner import ModelRunner
+    from ..drafting.kv_sharing import sparse_kv_index
+    from ..runner import ModelRunner
 
     embed = target.get_input_embeddings().weight
     scale = float(embed.float().std())
@@ -300,12 +300,12 @@ def drafter_prefill_breakdown(models, budget: int = 16, reps: int = 20, clips: i
     import statistics
     import time
 
-    from .drafters.base import DraftRequest
-    from .drafters.compressed import TARGET_VIEWS, compress_prompt, text_embeddings, visual_grid
-    from .drafters.early_exit import prompt_embeddings
-    from .drafting.compression import grid_pool
-    from .runner import ModelRunner
-    from .zoo.shapes_video import caption_prompt, make_clip
+    from ..drafters.base import DraftRequest
+    from ..drafters.compressed import TARGET_VIEWS, compress_prompt, text_embeddings, visual_grid
+    from ..models import prompt_embeddings
+    from ..drafting.compression import grid_pool
+    from ..runner import ModelRunner
+    from ..zoo.shapes_video import caption_prompt, make_clip
 
     if clips < 1 or reps < 1:
         raise ValueError(f"clips/reps: expected ints >= 1, got clips={clips}, reps={reps}")

@@ -153,10 +153,11 @@ def markdown_table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def save_json(rows: list[BenchRow], path: str | Path, meta: dict) -> None:
+def save_json(rows: list, path: str | Path, meta: dict) -> None:
+    """``{"meta": meta, "rows": [...]}`` for rows of any of the benches' row dataclasses."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(path)  # never leave a half-written file behind
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .bench import machine_description
+from .harness import machine_description
 
-FAMILIES = ("exact", "relaxed", "spans", "jacobi", "continuous")  # modules of mmspec.verifiers with bench_cases
+FAMILIES = ("exact", "tolerance", "action", "codebook", "phrase", "spans", "jacobi", "continuous.reflection", "continuous.density",
+            "continuous.forecast")  # modules of mmspec.verifiers with bench_cases
 
 
 def same_result(a, b) -> bool:
@@ -45,8 +46,7 @@ def collect_cases(batch: int, k: int, vocab: int):
     cases = []
     for family in FAMILIES:
         module = importlib.import_module(f"mmspec.verifiers.{family}")
-        if hasattr(module, "bench_cases"):
-            cases += [(family, c) for c in module.bench_cases(batch, k, vocab)]
+        cases += [(family.split(".")[0], c) for c in module.bench_cases(batch, k, vocab)]
     return cases
 
 

@@ -15,15 +15,15 @@ at temperature 1 with classifier-free guidance, in batches, with interleaved tim
 
 from __future__ import annotations
 
-import json
 import statistics
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-from .bench import Method, RunResult, machine_description, run_interleaved
+from ..metrics import Judge, frechet_distance, within_spread
+from .harness import Method, RunResult, machine_description, run_interleaved
+from .peers import hf_generate
+from .quality import bench_conditions, real_features
 
 
 @dataclass
@@ -42,87 +42,6 @@ class ImageARRow:
     frechet_distance: float
     within_spread: bool | None = None  # both quality figures within the plain-AR run-to-run spread
     extras: dict = field(default_factory=dict)
-
-
-def within_spread(value: float, ref: list[float]) -> bool | None:
-    """|value − mean(ref)| <= max(ref) − min(ref): inside the run-to-run spread of the plain runs (None: one run)."""
-    return abs(value - statistics.mean(ref)) <= (max(ref) - min(ref)) if len(ref) > 1 else None
-
-
-def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Fréchet distance between Gaussians fitted to feature sets a [N, D] and b [M, D]."""
-    from scipy import linalg
-
-    mu_a, mu_b = a.mean(0), b.mean(0)
-    cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    covmean = np.real(linalg.sqrtm(cov_a @ cov_b))
-    return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * covmean))
-
-
-class Judge:
-    """The zoo's classifier as a quality judge: condition accuracy and pooled features for the Fréchet distance."""
-
-    def __init__(self, model):
-        self.model = model.eval()
-
-    @torch.no_grad()
-    def __call__(self, images: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
-        """images [B, 3, H, W] in [-1, 1] -> (predicted labels [B], features [B, D])."""
-        out = self.model.resnet(images.to(self.model.dtype))
-        feats = out.pooler_output.flatten(1)  # [B, D]
-        labels = self.model.classifier(out.pooler_output).argmax(-1)
-        return labels, feats.float().numpy()
-
-    def quality(self, images, labels: list[int], real: np.ndarray, chunk: int = 256) -> tuple[float, float]:
-        """(condition accuracy, Fréchet distance to ``real`` features) of ``images(start, stop)`` -> [n, 3, H, W]
-        in [-1, 1] for the ``labels`` (judged ``chunk`` images at a time)."""
-        preds, feats = [], []
-        for start in range(0, len(labels), chunk):
-            p, f = self(images(start, min(start + chunk, len(labels))))
-            preds.append(p)
-            feats.append(f)
-        acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
-        return acc, frechet_distance(np.concatenate(feats), real)
-
-
-def bench_conditions(per_class: int, classes: int | None = None) -> list[int]:
-    """Condition labels: each of the first ``classes`` (default all 108) ``per_class`` times."""
-    from .zoo.shapes_t2i import NUM_CLASSES
-
-    classes = NUM_CLASSES if classes is None else classes
-    if not 1 <= classes <= NUM_CLASSES:
-        raise ValueError(f"classes: expected an int in [1, {NUM_CLASSES}], got {classes!r}")
-    return [label for _ in range(per_class) for label in range(classes)]
-
-
-def real_features(judge: Judge, labels: list[int], seed_offset: int = 0) -> np.ndarray:
-    """Judge features of real held-out images of the given conditions."""
-    from .zoo.shapes_t2i import ALL_CONDITIONS, render, to_tensor
-
-    feats = []
-    for start in range(0, len(labels), 256):
-        chunk = labels[start : start + 256]
-        ims = [render(ALL_CONDITIONS[c], 20_000_000 + seed_offset + start + i) for i, c in enumerate(chunk)]
-        feats.append(judge(to_tensor(ims))[1])
-    return np.concatenate(feats)
-
-
-@torch.no_grad()
-def hf_generate(spec, prefix: torch.Tensor, *, cfg_scale: float, temperature: float = 1.0, seed: int = 0) -> torch.Tensor:
-    """The peer a user would otherwise reach for: Hugging Face ``generate`` sampling the same target with
-    classifier-free guidance (``guidance_scale`` + ``negative_prompt_ids`` = the null prefix: HF runs the null
-    condition as a second cached model call per step and guides on log-probabilities, which is the same
-    distribution as guiding logits), non-code tokens suppressed. -> codes [B, h*w]."""
-    b, p = prefix.shape
-    t = spec.grid[0] * spec.grid[1]
-    vocab = spec.target.get_output_embeddings().weight.shape[0]
-    torch.manual_seed(seed)  # HF sampling draws from the global generator
-    null = torch.tensor(spec.null_prompt, device=prefix.device).expand(b, -1)
-    out = spec.target.generate(prefix, attention_mask=torch.ones_like(prefix), do_sample=True, temperature=temperature,
-                               top_k=0, top_p=1.0, max_new_tokens=t, min_new_tokens=t, guidance_scale=cfg_scale,
-                               negative_prompt_ids=null, suppress_tokens=list(range(spec.codebook_size, vocab)),
-                               eos_token_id=None, pad_token_id=spec.null_prompt[0])  # fmt: skip
-    return out[:, p:]
 
 
 def image_ar_methods(spec, *, window: int = 32, init: str = "repeat", deltas=(0.1, 0.2, 0.4, 0.8),
@@ -153,7 +72,7 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
                    window: int = 32, only: list[str] | None = None, plain_runs: int = 3, classes: int | None = None,
                    progress: bool = True) -> tuple[list[ImageARRow], dict]:  # fmt: skip
     """Run the benchmark on a :class:`~mmspec.zoo.ShapesT2I` entry -> (rows, meta)."""
-    from .modalities.image_ar import IMAGE_AR_METHODS, codes_to_images
+    from ..modalities.image_ar import IMAGE_AR_METHODS, codes_to_images
 
     spec = models.speculator(cfg_scale=cfg_scale)
     judge = Judge(models.judge)
@@ -228,13 +147,6 @@ def image_ar_table(rows: list[ImageARRow]) -> str:
                      f"{r.images_per_s:.1f} | {r.speedup_vs_ar:.2f}x | {r.speedup_vs_hf:.2f}x | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
                      f"{spread} |")  # fmt: skip
     return "\n".join(lines)
-
-
-def save_json(rows: list[ImageARRow], path, meta: dict) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def save_sweep_plot(rows: list[ImageARRow], path, meta: dict) -> None:

@@ -8,7 +8,7 @@
   the target's distributions at the answer positions.
 - :func:`distill_compressed_drafter`: train a drafter together with a learned visual compressor (a Q-Former-style
   :class:`~mmspec.drafting.query_adaptor.QueryAdaptor`) on compressed views, against labels and the target.
-- :func:`distill_eagle_head`: train an :class:`~mmspec.drafting.eagle.EagleHead` on the target's own features and
+- :func:`distill_eagle_head`: train an :class:`~mmspec.drafting.eagle_head.EagleHead` on the target's own features and
   distributions (feature regression + logit distillation, with feature noise as in EAGLE).
 """
 
@@ -20,8 +20,8 @@ from typing import Callable
 
 import torch
 
-from ..runner import _Tap
-from ..training import fit
+from ..models import FeatureTap
+from .loops import fit
 
 
 def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor | None = None,
@@ -62,7 +62,7 @@ class TargetOutputs:
 def target_outputs(target, batch: dict) -> TargetOutputs:
     """One frozen forward of ``target`` on a training batch (``labels`` ignored)."""
     inputs = {k: v for k, v in batch.items() if k != "labels"}
-    with _Tap(target) as tap:
+    with FeatureTap(target) as tap:
         logits = target(**inputs).logits
     return TargetOutputs(tap.features, tap.embeds, logits)
 
@@ -144,7 +144,7 @@ def compressed_forward(drafter, compressor, batch: dict, placeholder_ids,
     target's view, e.g. its final-norm hidden states): then the drafter embeds only the text (no vision tower),
     as :class:`~mmspec.drafters.CompressedVLMDrafter` does with a target source."""
     from ..drafters.compressed import compress_prompt, text_embeddings
-    from ..drafters.early_exit import prompt_embeddings
+    from ..models import prompt_embeddings
     from ..runner import ModelRunner
 
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]

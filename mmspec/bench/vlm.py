@@ -16,94 +16,13 @@ Methods, all decoding the same processor outputs (batch 1, as Spec-Bench):
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 
 import torch
 
-from .bench import Method, RunResult, machine_description, markdown_table, run_interleaved, save_json, save_plot, summarise
-from .config import SpecConfig
-from .drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
-from .drafting.eagle import EagleDrafter
-from .modalities.vlm import VLMSpeculator
-
-
-class ForwardCounter:
-    """Counts calls of a module's forward (the target's verification forwards under HF generate) and times the
-    first call after each reset from the reset on: HF's time to the first token, with what ``generate`` does before
-    its first forward (set-up, position ids, and in recent transformers the vision encoding, which it runs before
-    and outside the model's forward)."""
-
-    def __init__(self, module):
-        self.count = 0
-        self.first_seconds: float | None = None
-        self._t0 = 0.0
-        self.handles = [module.register_forward_hook(self._hook)]
-
-    def reset(self) -> None:
-        self.count, self.first_seconds, self._t0 = 0, None, time.perf_counter()
-
-    def _hook(self, *_):
-        if self.count == 0:
-            self.first_seconds = time.perf_counter() - self._t0
-        self.count += 1
-
-
-@contextmanager
-def assistant_settings(model, **values):
-    """Set HF assisted-generation knobs on the assistant's generation_config for one call, then restore them."""
-    cfg = model.generation_config
-    old = {k: getattr(cfg, k, None) for k in values}
-    for k, v in values.items():
-        setattr(cfg, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(cfg, k, v)
-
-
-class Runners:
-    """Builders of ``Method.run`` callables for one target: plain/HF ``generate`` (with a forward counter that also
-    times HF's time to the first token), HF assisted generation with per-call assistant settings, and mmspec speculators."""
-
-    def __init__(self, target, processor, max_new_tokens: int, speculator_cls=VLMSpeculator):
-        self.target, self.processor, self.max_new_tokens = target, processor, max_new_tokens
-        self.speculator_cls = speculator_cls
-        self.counter = ForwardCounter(target)
-
-    def hf(self, **kwargs):
-        def run(enc):
-            self.counter.reset()
-            out = self.target.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens, **kwargs)
-            new = out[:, enc["input_ids"].shape[1] :]
-            # HF's first call prefills and verifies at once; the time up to its end is reported as HF's prefill
-            return RunResult(new, new.shape[1], self.counter.count, self.counter.first_seconds)
-
-        return run
-
-    def hf_assisted(self, assistant, **settings):
-        base = self.hf(assistant_model=assistant)
-
-        def run(enc):
-            with assistant_settings(assistant, **settings):
-                return base(enc)
-
-        return run
-
-    def mm(self, drafter, **cfg):
-        spec = self.speculator_cls(self.target, self.processor, drafter=drafter)
-        config = SpecConfig(max_new_tokens=self.max_new_tokens, eos_token_id=self.processor.tokenizer.eos_token_id, **cfg)
-
-        def run(enc):
-            kw = dict(enc)
-            ids, mask = kw.pop("input_ids"), kw.pop("attention_mask")
-            out = spec.engine.generate(ids, mask, config=config, **kw)
-            rounds = out.stats.rounds  # the prefill's token is no verification: counted in neither
-            return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds,
-                             out.stats.draft_prefill_seconds)  # fmt: skip
-
-        return run
+from .harness import Method, machine_description, markdown_table, run_interleaved, save_json, save_plot, summarise
+from ..drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
+from ..drafters.eagle import EagleDrafter
+from .peers import Runners
 
 
 def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 1, 1), early_exit_layers: int = 4,
@@ -159,9 +78,9 @@ def vlm_methods(models, max_new_tokens: int, ks=(2, 3, 4, 5, 6, 8), tree=(2, 2, 
 
 def bench_vlm(*, scenes: int = 8, reps: int = 5, max_new_tokens: int = 48, json_path=None, plot_path=None,
               ks=(2, 3, 4, 5, 6, 8), progress: bool = True, models=None):  # fmt: skip
-    from . import zoo
-    from .zoo.shapes import make_scene
-    from .zoo.shapes_vlm import IMAGE_SIZE, caption_prompt
+    from .. import zoo
+    from ..zoo.shapes import make_scene
+    from ..zoo.shapes_vlm import IMAGE_SIZE, caption_prompt
 
     if scenes < 1 or reps < 1:
         raise ValueError(f"scenes/reps: expected ints >= 1, got scenes={scenes}, reps={reps}")

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .bench import Method, RunResult, machine_description, run_interleaved
-from .bench_image_ar import Judge, bench_conditions, frechet_distance, real_features, within_spread
+from .harness import Method, RunResult, machine_description, run_interleaved
+from ..metrics import Judge, frechet_distance, within_spread
+from .peers import diffusers_loop
+from .quality import bench_conditions, real_features
 
 
 @dataclass
@@ -48,31 +50,6 @@ class DiffusionRow:
 
 
 @torch.no_grad()
-def diffusers_loop(unet, scheduler, labels: torch.Tensor, *, steps: int, sampler: str, cfg_scale: float, null: int,
-                   seed: int, eta: float | None = None) -> torch.Tensor:  # fmt: skip
-    """The loop a diffusers user writes: ``set_timesteps``, ``scale_model_input``, the UNet (conditional and null
-    rows stacked for CFG), ``scheduler.step(..., generator)``. -> samples [B, C, H, W]."""
-    import diffusers
-
-    from .modalities.diffusion import SAMPLER_SCHEDULERS
-
-    sched = getattr(diffusers, SAMPLER_SCHEDULERS[sampler]).from_config(scheduler.config)
-    sched.set_timesteps(steps)
-    g = torch.Generator().manual_seed(seed)
-    cfg = unet.config
-    x = torch.randn((labels.shape[0], cfg.in_channels, cfg.sample_size, cfg.sample_size), generator=g) * sched.init_noise_sigma
-    kw = {"eta": eta} if sampler == "ddim" else {}
-    for t in sched.timesteps:
-        inp = sched.scale_model_input(x, t)
-        if cfg_scale == 1.0:
-            out = unet(inp, t, class_labels=labels).sample
-        else:
-            c, u = unet(torch.cat([inp, inp]), t, class_labels=torch.cat([labels, torch.full_like(labels, null)])).sample.chunk(2)
-            out = u + cfg_scale * (c - u)
-        x = sched.step(out, t, x, generator=g, **kw).prev_sample
-    return x
-
-
 def diffusion_methods(sampler: str, *, lookaheads=(2, 4, 8), plain_runs: int = 3, picard=(8, 0.1),
                       speca: bool = True) -> list[tuple[str, str, dict]]:  # fmt: skip
     """(row name, registered method, generate() keyword arguments) for every benchmarked configuration."""
@@ -92,8 +69,8 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
                     lookaheads=(2, 4, 8), only: list[str] | None = None, plain_runs: int = 3,
                     progress: bool = True) -> tuple[list[DiffusionRow], dict]:  # fmt: skip
     """Run the benchmark on a :class:`~mmspec.zoo.ShapesDDPM` entry -> (rows, meta)."""
-    from .modalities.diffusion import DIFFUSION_METHODS
-    from .zoo.shapes_ddpm import NULL_CLASS
+    from ..modalities.diffusion import DIFFUSION_METHODS
+    from ..zoo.shapes_ddpm import NULL_CLASS
 
     spec = models.speculator(cfg_scale=cfg_scale)
     judge = Judge(models.judge)
