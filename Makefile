@@ -27,11 +27,11 @@ lint: $(STAMP)
 	$(VPY) -m ruff check mmspec tests demos
 
 bench: $(STAMP)
-	$(VPY) -m mmspec.cli bench vlm --json bench-vlm.json
-	$(VPY) -m mmspec.cli bench video --json bench-video.json --plot docs/bench-video.png
-	$(VPY) -m mmspec.cli bench video --long --reps 3 --json bench-video-long.json --plot docs/bench-video-long.png
-	$(VPY) -m mmspec.cli bench image-ar --json bench-image-ar.json --plot docs/bench-image-ar-sweep.png
-	$(VPY) -m mmspec.cli bench diffusion --json bench-diffusion.json --plot docs/bench-diffusion-lookahead.png
+	$(VPY) -m mmspec.cli bench vlm --json benchmarks/bench-vlm.json
+	$(VPY) -m mmspec.cli bench video --json benchmarks/bench-video.json --plot benchmarks/bench-video.png
+	$(VPY) -m mmspec.cli bench video --long --reps 3 --json benchmarks/bench-video-long.json --plot benchmarks/bench-video-long.png
+	$(VPY) -m mmspec.cli bench image-ar --json benchmarks/bench-image-ar.json --plot benchmarks/bench-image-ar-sweep.png
+	$(VPY) -m mmspec.cli bench diffusion --json benchmarks/bench-diffusion.json --plot benchmarks/bench-diffusion-lookahead.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -4,6 +4,7 @@ the Fréchet distance between feature sets, and the run-to-run spread test lossy
 from __future__ import annotations
 
 import statistics
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -48,3 +49,18 @@ class Judge:
             feats.append(f)
         acc = float((torch.cat(preds) == torch.tensor(labels)).float().mean())
         return acc, frechet_distance(np.concatenate(feats), real)
+
+
+@torch.no_grad()
+def exact_match_accuracy(model, processor, items: Sequence, *, media: str, render: Callable, prompt: str,
+                         truth: Callable, max_new_tokens: int, batch_size: int = 25) -> float:  # fmt: skip
+    """Share of ``items`` for which greedy ``generate`` on ``processor(**{media: render(item)}, text=prompt)`` gives
+    exactly ``truth(item)`` (the zoo cards' held-out caption accuracy; ``media`` "images" or "videos")."""
+    correct = 0
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        enc = processor(**{media: [render(it) for it in chunk]}, text=[prompt] * len(chunk), padding=True, return_tensors="pt")
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
+        texts = processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(t.strip() == truth(it) for t, it in zip(texts, chunk))
+    return correct / len(items)

@@ -49,6 +49,7 @@ from ..sampling import SamplingParams, sample_tokens
 from ..types import GenerationOutput, SpecStats
 from ..verifiers import VERIFIERS
 from ..verifiers.codebook import build_neighbour_table, calibrate_distance_threshold
+from .images import to_pil
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -137,12 +138,6 @@ def codes_to_images(vq, codes: torch.Tensor, grid: tuple[int, int]) -> torch.Ten
         raise ValueError(f"codes: expected shape [B, {h * w}] for a {h}x{w} grid, got {tuple(codes.shape)}")
     quant = vq.quantize.get_codebook_entry(codes.reshape(-1).to(vq.device), (codes.shape[0], h, w, vq.config.vq_embed_dim))
     return vq.decode(quant.to(vq.dtype), force_not_quantize=True).sample  # [B, 3, H, W]
-
-
-def to_pil(images: torch.Tensor) -> list[Image.Image]:
-    """float [B, 3, H, W] in [-1, 1] -> PIL RGB images."""
-    arr = ((images.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
-    return [Image.fromarray(a) for a in arr]
 
 
 def codebook_embeddings(vq) -> torch.Tensor:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,8 +30,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..training import count_parameters, fit
-from .integrity import write_card
-from .shapes_t2i import IMAGE_SIZE, NUM_CLASSES, example, to_tensor
+from .integrity import pretrained, write_card
+from .registry import WEIGHTS, ZOO, ZooEntry
+from .shapes_t2i import IMAGE_SIZE, NUM_CLASSES, example, to_condition, to_tensor
 
 NULL_CLASS = NUM_CLASSES  # the class id of the empty condition (classifier-free guidance)
 
@@ -117,10 +119,9 @@ def train(out_dir: str | Path, *, steps: int = 10000, dataset_size: int = 30000,
 def evaluate(out_dir: str | Path, steps: int = 100, seed: int = 0) -> dict:
     """Judge accuracy of one plain DDPM sample per condition (108 images, ``steps`` steps), with the shapes-t2i
     judge; {} when that entry's judge is missing."""
-    from . import ZOO
     from ..metrics import Judge
 
-    models = ZOO.get("shapes-ddpm").load(out_dir)
+    models = _load_shapes_ddpm(out_dir)
     if models.judge is None:
         return {}
     labels = list(range(NUM_CLASSES))
@@ -128,3 +129,49 @@ def evaluate(out_dir: str | Path, steps: int = 100, seed: int = 0) -> dict:
     pred, _ = Judge(models.judge)(out.samples.clamp(-1, 1))
     acc = float((pred == torch.tensor(labels)).float().mean())
     return {"judge_accuracy": round(acc, 4), "images": len(labels), "sampler": f"ddpm {steps} steps", "seed": seed}
+
+
+# ---- the entry: what `mmspec.zoo.load("shapes-ddpm")` returns ----
+
+
+@dataclass
+class ShapesDDPM:
+    unet: object  # diffusers UNet2DModel, class-conditional (108 conditions + null id 108), v-prediction
+    scheduler: object  # diffusers DDPMScheduler (fixed_small variance)
+    judge: object | None  # the shapes-t2i ResNet judge (same conditions and renderer), None if that entry is missing
+
+    def speculator(self, cfg_scale: float = 1.0, **options):
+        """A :class:`~mmspec.modalities.diffusion.DiffusionSpeculator` for this entry; conditions are captions
+        such as "red circle at top left", :class:`~mmspec.zoo.shapes_t2i.Condition` objects or labels 0..107."""
+        from ..modalities.diffusion import DiffusionSpeculator
+
+        return DiffusionSpeculator((self.unet, self.scheduler), conditioner=lambda c: to_condition(c).label,
+                                   null_condition=NULL_CLASS, cfg_scale=cfg_scale, **options)  # fmt: skip
+
+
+def _load_shapes_ddpm(path: Path, dtype=torch.float32, device="cpu") -> ShapesDDPM:
+    from diffusers import DDPMScheduler, UNet2DModel
+    from transformers import ResNetForImageClassification
+
+    path = Path(path)
+    if not (path / "unet" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-ddpm: no weights at {path}; run `mmspec zoo train shapes-ddpm`")
+    judge_dir = WEIGHTS / "shapes-t2i" / "judge"
+    judge = None
+    if (judge_dir / "config.json").exists():
+        judge = pretrained(ResNetForImageClassification, judge_dir, dtype=dtype).to(device).eval()
+    return ShapesDDPM(
+        unet=pretrained(UNet2DModel, path / "unet", torch_dtype=dtype).to(device).eval(),
+        scheduler=DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True),
+        judge=judge,
+    )
+
+
+def _train_entry(out_dir, **options):
+    if "only" in options:
+        raise ValueError(f"only: shapes-ddpm has one model (the UNet), got only={options['only']!r}")
+    renamed = {"target_steps": "steps", "target_lr": "lr"}  # the CLI's --target-steps / --target-lr
+    return train(out_dir, **{renamed.get(k, k): v for k, v in options.items()})
+
+
+ZOO.register("shapes-ddpm")(ZooEntry("shapes-ddpm", _train_entry, _load_shapes_ddpm))

@@ -32,7 +32,8 @@ from PIL import Image, ImageDraw
 
 from ..modalities.image_ar import codes_to_images, images_to_codes
 from ..training import count_parameters, fit
-from .integrity import write_card
+from .integrity import pretrained, write_card
+from .registry import ZOO, ZooEntry
 from .shapes import COLORS, SHAPES, draw_shape
 
 IMAGE_SIZE = 32
@@ -391,3 +392,42 @@ def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500,
                                           seed, teacher=teacher)  # fmt: skip
     write_card(out, card)  # with a sha256 per file, verified on load
     return card
+
+
+# ---- the entry: what `mmspec.zoo.load("shapes-t2i")` returns ----
+
+
+@dataclass
+class ShapesT2I:
+    vq: object  # diffusers VQModel (32x32 <-> 8x8 codes)
+    target: object  # LlamaForCausalLM over [condition prefix; codes]
+    drafter: object | None  # a 1-layer LlamaForCausalLM with the same vocabulary
+    judge: object | None  # transformers ResNetForImageClassification over the 108 conditions
+
+    def speculator(self, cfg_scale: float = 2.0):
+        """An :class:`~mmspec.modalities.image_ar.ImageARSpeculator` for this entry; conditions are captions such
+        as "red circle at top left", :class:`~mmspec.zoo.shapes_t2i.Condition` objects or labels 0..107."""
+        from ..modalities.image_ar import ImageARSpeculator
+
+        return ImageARSpeculator(self.target, self.vq, drafter=self.drafter, conditioner=lambda c: condition_tokens(to_condition(c)),
+                                 null_prompt=null_tokens(), grid=(GRID, GRID), codebook_size=CODEBOOK, cfg_scale=cfg_scale)  # fmt: skip
+
+
+def _load_shapes_t2i(path: Path, dtype=torch.float32, device="cpu") -> ShapesT2I:
+    from diffusers import VQModel
+    from transformers import LlamaForCausalLM, ResNetForImageClassification
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-t2i: no weights at {path}; run `mmspec zoo train shapes-t2i`")
+    load = dict(dtype=dtype)
+    optional = {name: (path / name / "config.json").exists() for name in ("drafter", "judge")}
+    return ShapesT2I(
+        vq=pretrained(VQModel, path / "vq", torch_dtype=dtype).to(device).eval(),
+        target=pretrained(LlamaForCausalLM, path / "target", **load).to(device).eval(),
+        drafter=pretrained(LlamaForCausalLM, path / "drafter", **load).to(device).eval() if optional["drafter"] else None,
+        judge=pretrained(ResNetForImageClassification, path / "judge", **load).to(device).eval() if optional["judge"] else None,
+    )
+
+
+ZOO.register("shapes-t2i")(ZooEntry("shapes-t2i", train, _load_shapes_t2i))

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import torch
 
-from .integrity import write_card
+from .integrity import pretrained, write_card
+from .registry import ZOO, ZooEntry, load_eagle
 from .shapes import make_scene, vocabulary
+from ..metrics import exact_match_accuracy
 from ..training import count_parameters, fit, pack_answers
 
 ENTRY = "shapes-vlm"
@@ -175,18 +177,11 @@ def train_model(model, processor, *, with_image: bool, steps: int, batch_size: i
     return losses
 
 
-@torch.no_grad()
 def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> float:
     """Exact-match caption accuracy of greedy decoding on ``n`` held-out (test split) scenes."""
-    correct = 0
-    for start in range(0, n, batch_size):
-        scenes = [make_scene(i, "test") for i in range(start, min(n, start + batch_size))]
-        enc = processor(images=[s.render(IMAGE_SIZE) for s in scenes], text=[caption_prompt()] * len(scenes),
-                        padding=True, return_tensors="pt")  # fmt: skip
-        out = model.generate(**enc, max_new_tokens=48, do_sample=False)
-        texts = processor.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(t.strip() == s.caption() for t, s in zip(texts, scenes))
-    return correct / n
+    return exact_match_accuracy(model, processor, [make_scene(i, "test") for i in range(n)], media="images",
+                                render=lambda s: s.render(IMAGE_SIZE), prompt=caption_prompt(), truth=lambda s: s.caption(),
+                                max_new_tokens=48, batch_size=batch_size)  # fmt: skip
 
 
 def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int = 1500, batch_size: int = 32,
@@ -276,3 +271,34 @@ def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: f
     head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
     return {"parameters": count_parameters(head), "steps": steps, "lr": lr, "train_seconds": round(time.perf_counter() - t0, 1),
             "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+
+
+# ---- the entry: what `mmspec.zoo.load("shapes-vlm")` returns ----
+
+
+@dataclass
+class ShapesVLM:
+    target: object  # LlavaForConditionalGeneration
+    processor: object  # LlavaProcessor
+    drafter_vlm: object  # small LlavaForConditionalGeneration
+    drafter_text: object  # LlamaForCausalLM (text-only)
+    eagle: object | None = None  # mmspec.drafting.eagle_head.EagleHead on the target (None until trained)
+
+
+def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM:
+    from transformers import AutoProcessor, LlamaForCausalLM, LlavaForConditionalGeneration
+
+    path = Path(path)
+    if not (path / "target" / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry shapes-vlm: no weights at {path}; run `mmspec zoo train shapes-vlm`")
+    load = dict(dtype=dtype)
+    return ShapesVLM(
+        target=pretrained(LlavaForConditionalGeneration, path / "target", **load).to(device).eval(),
+        processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
+        drafter_vlm=pretrained(LlavaForConditionalGeneration, path / "drafter-vlm", **load).to(device).eval(),
+        drafter_text=pretrained(LlamaForCausalLM, path / "drafter-text", **load).to(device).eval(),
+        eagle=load_eagle(path, dtype, device),
+    )
+
+
+ZOO.register(ENTRY)(ZooEntry(ENTRY, train, _load_shapes_vlm))

@@ -16,7 +16,7 @@ import torch
 from ...registry import Registry
 from ...verifiers import VERIFIERS
 from ...verifiers.continuous import GaussianProposal, GaussianScores
-from .kernels import GaussianKernel
+from .gaussian import GaussianKernel
 from .models import Denoiser
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels import GaussianKernel
+from .gaussian import GaussianKernel
 
 CONDITION_KWARGS = {  # model class -> the keyword its condition goes to (class ids or embeddings)
     "UNet2DModel": "class_labels",
