@@ -1,26 +1,29 @@
 """mmspec: speculative decoding for multimodal generation.
 
-One propose -> score -> verify -> commit loop; drafters and verifiers are pluggable registries.
+One propose -> score -> verify -> commit loop (:class:`SpeculativeEngine`) for every token modality; drafters and
+verifiers are pluggable registries; diffusion runs the same round over continuous states.
 """
 
+from . import zoo
 from .config import SpecConfig
-from .drafters import DRAFTERS, Drafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
+from .drafters import (DRAFTERS, CompressedVLMDrafter, Drafter, EagleDrafter, EarlyExitDrafter, JacobiDrafter, ModelDrafter,
+                       NgramDrafter, STDDrafter)
+from .drafting import EagleHead, QueryAdaptor
 from .engine import SpeculativeEngine
-from .jacobi import JacobiConfig, JacobiEngine
+from .layout import UnsupportedModelError
 from .modalities.diffusion import DIFFUSION_METHODS, DiffusionSpeculator
 from .modalities.image_ar import IMAGE_AR_METHODS, ImageARSpeculator
 from .modalities.video import VideoSpeculator
 from .modalities.vlm import VLMSpeculator
 from .sampling import SamplingParams
-from .types import GenerationOutput, Proposal, SpecStats, TargetScores, Verdict
+from .types import Commit, GenerationOutput, Proposal, SpecStats, TargetScores, Verdict, Window
 from .verifiers import VERIFIERS, Verifier, make_verifier
-from . import zoo
 
 __version__ = "0.1.0"
 __all__ = [
-    "DIFFUSION_METHODS", "DRAFTERS", "DiffusionSpeculator", "Drafter", "EarlyExitDrafter", "GenerationOutput", "IMAGE_AR_METHODS", "ImageARSpeculator",
-    "JacobiConfig", "JacobiEngine", "ModelDrafter", "NgramDrafter", "Proposal",
-    "STDDrafter", "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "VERIFIERS", "VLMSpeculator",
-    "VideoSpeculator",
-    "Verdict", "Verifier", "make_verifier", "zoo",
+    "DIFFUSION_METHODS", "DRAFTERS", "IMAGE_AR_METHODS", "VERIFIERS", "Commit", "CompressedVLMDrafter",
+    "DiffusionSpeculator", "Drafter", "EagleDrafter", "EagleHead", "EarlyExitDrafter", "GenerationOutput",
+    "ImageARSpeculator", "JacobiDrafter", "ModelDrafter", "NgramDrafter", "Proposal", "QueryAdaptor", "STDDrafter",
+    "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "UnsupportedModelError",
+    "VLMSpeculator", "Verdict", "Verifier", "VideoSpeculator", "Window", "make_verifier", "zoo",
 ]  # fmt: skip

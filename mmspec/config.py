@@ -27,10 +27,12 @@ class SpecConfig:
     tree: tuple[int, ...] | None = None  # token tree: children per depth, e.g. (3, 2, 1); None = a chain
     eos_token_id: int | list[int] | None = None
     seed: int | None = None
-    # batches: "aligned" commits the same n + 1 tokens on every row (n = the smallest accepted length; any drafter);
-    # "independent" commits each row's own accepted drafts + 1 (chains, drafters whose sessions implement
-    # accept_rows: ModelDrafter, STDDrafter), so one row's early rejection no longer holds back the others
+    # batches: "aligned" commits the same n + 1 tokens on every row (n = the smallest accepted length); "independent"
+    # commits each row's own accepted drafts + 1 (chains), so one row's early rejection no longer holds back the others
     rows: str = "aligned"
+    # exactly max_new_tokens per row, EOS ignored (image codes): drafts may fill the last position, a bonus past it
+    # is dropped
+    fixed_length: bool = False
 
     def __post_init__(self):
         k = self.num_draft_tokens
@@ -45,7 +47,7 @@ class SpecConfig:
             raise ValueError(f"seed: expected an int >= 0 or None, got {self.seed!r}")
         from .verifiers import check_verifier, make_verifier  # (verifiers import the sampling module, not config)
 
-        check_verifier(self.verifier_name, ("token",), "the token engine")
+        check_verifier(self.verifier_name, ("token", "jacobi"), "the token engine")
         make_verifier(self.verifier_name, **self.verifier_params)  # validates the parameters now, not mid-loop
         eos = self.eos_ids
         if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in eos):

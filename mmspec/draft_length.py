@@ -10,6 +10,7 @@ class DraftLengthPolicy:
     once its top probability falls below it (None: never)."""
 
     stop_below: float | None = None
+    adaptive: bool = False  # whether update() uses the accepted count (the loop then reads it back every round)
 
     def __init__(self, k: int, max_k: int):
         self.k, self.max_k = k, max_k
@@ -32,6 +33,8 @@ class ConstantLength(DraftLengthPolicy):
 @POLICIES.register("heuristic")
 class HeuristicLength(DraftLengthPolicy):
     """Hugging Face's assisted-generation heuristic: +2 after a fully accepted draft, -1 otherwise (min 1)."""
+
+    adaptive = True
 
     def update(self, k: int, accepted: int) -> None:
         if k == 0:

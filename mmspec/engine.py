@@ -1,16 +1,23 @@
-"""The propose -> score -> verify -> commit loop for token models (any HF causal LM or image-text-to-text model).
+"""The propose -> score -> verify -> commit loop for every token model (any HF causal LM or image/video-text-to-text
+model; image AR over VQ codes, Jacobi windows included). The only such loop in mmspec.
 
 Read top to bottom in :meth:`SpeculativeEngine.generate`. Notation as in the papers: ``x_t`` the pending token
 (committed, not yet scored by the target), ``d_1..d_K`` the draft, ``p`` / ``q`` target / draft distributions.
 
-Batches: every row drafts K tokens and is verified independently. By default (``rows="aligned"``) the engine
-then commits the same number ``n + 1`` of tokens on every row, with ``n`` the smallest accepted length among
-unfinished rows. Rows that accepted more keep their own accepted draft token at position n + 1 instead of the
-correction. Stopping a row's round early at a point chosen independently of its own token values keeps speculative
-sampling exact (it is a round with a shorter draft), and it keeps all caches rectangular. With
-``rows="independent"`` every row commits its own ``n_b + 1`` tokens: the target's rejected entries stay in its
-cache as masked holes (:meth:`ModelRunner.commit_rows`) and the drafter session rolls back per row
-(``accept_rows``), so a batch no longer advances at the pace of its worst row.
+Batches: every row drafts K tokens and is verified independently; what each row keeps is a commit policy:
+
+- ``rows="independent"``: every row commits its own ``n_b + 1`` tokens (accepted drafts + correction/bonus); the
+  target's rejected entries stay in its cache as masked holes and the drafter session rolls back per row;
+- ``rows="aligned"`` (lock-step): every row commits the same ``n + 1``, with ``n`` the smallest accepted length
+  among unfinished rows; rows that accepted more keep their own accepted draft token at position n + 1 instead of the
+  correction. Stopping a row's round early at a point chosen independently of its own token values keeps
+  speculative sampling exact (it is a round with a shorter draft), and the caches stay rectangular (a crop).
+  Token trees commit in lock-step.
+
+Both go through the same code: one :class:`~mmspec.types.Commit` to the target runner and to the drafter session.
+``SpecConfig(fixed_length=True)`` generates exactly ``max_new_tokens`` per row and ignores EOS (image codes): drafts
+may then run up to the last position, and a bonus past it is dropped. Verifiers that sample the first token
+themselves (Jacobi rules: Gumbel noise fixed per position) are asked for it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from .models import logits_width, text_config_of
 from .runner import ModelRunner
 from .sampling import process_logits, sample_tokens
 from .tree import TreeSpec
-from .types import GenerationOutput, RoundStats, SpecStats, TargetScores
+from .types import Commit, GenerationOutput, Proposal, RoundStats, SpecStats, TargetScores
 from .verifiers import make_verifier
 
 
@@ -83,21 +90,12 @@ class SpeculativeEngine:
         self.pad_token_id = pad_token_id if pad_token_id is not None else (tc.pad_token_id or 0)
         drafter.check_compatible(target, self.vocab_size)
 
-    @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                 config: SpecConfig | None = None, generator: torch.Generator | None = None,
-                 **model_kwargs) -> GenerationOutput:  # fmt: skip
-        cfg = config or self.config
-        check_input_ids(input_ids, attention_mask, self.target.get_input_embeddings().num_embeddings, self.placeholder_ids)
-        device = next(self.target.parameters()).device
-        input_ids = input_ids.to(device)
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
-        if generator is None and cfg.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(cfg.seed)
-        sampling = cfg.sampling
-        verifier = make_verifier(cfg.verifier_name, **cfg.verifier_params)
-        policy = POLICIES.get(cfg.draft_length_policy)(cfg.num_draft_tokens, cfg.max_draft_tokens, **cfg.draft_length_params)
-        eos = torch.tensor(cfg.eos_ids, device=device, dtype=torch.long)
+    def _check(self, cfg: SpecConfig, verifier) -> TreeSpec | None:
+        """Refuse a verifier/drafter/tree combination the loop cannot run, before any model call."""
+        if verifier.domain == "jacobi" and not self.drafter.proposes_window:
+            raise ValueError(f"verifier: {cfg.verifier_name!r} verifies Jacobi windows (the target's previous pass); use "
+                             f"drafter=JacobiDrafter(), or a draft verifier (speculative, lantern, gsd, ...) with "
+                             f"{type(self.drafter).__name__}")  # fmt: skip
         tree = TreeSpec(tuple(cfg.tree)) if cfg.tree is not None else None
         if tree is not None and not verifier.supports_trees:
             raise ValueError(f"tree: the {cfg.verifier_name!r} verifier checks token chains only; drop `tree` or use "
@@ -105,102 +103,150 @@ class SpeculativeEngine:
         if tree is not None and max(tree.branching) > self.vocab_size:
             raise ValueError(f"tree: expected at most {self.vocab_size} children per node (the vocabulary size), got "
                              f"{tuple(tree.branching)}")  # fmt: skip
+        return tree
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 config: SpecConfig | None = None, generator: torch.Generator | None = None,
+                 noise_keys: torch.Tensor | None = None, **model_kwargs) -> GenerationOutput:  # fmt: skip
+        """Generate after the (left-padded) prompts ``input_ids [B, T]``; ``model_kwargs`` go to the target's prefill
+        (pixels, grids, ...). ``noise_keys [B]``: per-row keys of position-keyed noise (Gumbel rules; default
+        arange(B))."""
+        cfg = config or self.config
+        check_input_ids(input_ids, attention_mask, self.target.get_input_embeddings().num_embeddings, self.placeholder_ids)
+        device = next(self.target.parameters()).device
+        input_ids = input_ids.to(device)
+        b = input_ids.shape[0]
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
+        if generator is None and cfg.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        sampling, big_t = cfg.sampling, cfg.max_new_tokens
+        verifier = make_verifier(cfg.verifier_name, **cfg.verifier_params)
+        tree = self._check(cfg, verifier)
+        policy = POLICIES.get(cfg.draft_length_policy)(cfg.num_draft_tokens, cfg.max_draft_tokens, **cfg.draft_length_params)
+        eos = torch.tensor([] if cfg.fixed_length else cfg.eos_ids, device=device, dtype=torch.long)
+        keys = torch.arange(b, device=device) if noise_keys is None else torch.as_tensor(noise_keys, device=device)
+        per_row = cfg.rows == "independent"
         stats = SpecStats()
         t_start = time.perf_counter()
 
-        # Prefill: the target scores the prompt and samples x_t; the drafter builds its own state.
+        # Prefill: the target scores the prompt and x_t is sampled (by the verifier's own rule when it has one);
+        # the drafter builds its own state
         target = ModelRunner(self.target, self.vocab_size, keep_features=self.drafter.needs_target_features,
                              keep_attention=self.drafter.needs_target_attention)  # fmt: skip
-        x_t = sample_tokens(target.prefill(input_ids, attention_mask, **model_kwargs), sampling, generator)  # [B]
+        logits_0 = target.prefill(input_ids, attention_mask, **model_kwargs)  # [B, V]
+        if verifier.samples_first_token:
+            first = Proposal(input_ids.new_zeros(b, 0), pending_position=torch.full((b,), -1, device=device), noise_keys=keys)
+            scores_0 = TargetScores(logits_0[:, None], process_logits(logits_0[:, None], sampling))
+            x_t = verifier.verify(first, scores_0, generator).next_tokens  # [B]
+        else:
+            x_t = sample_tokens(logits_0, sampling, generator)  # [B]
         t_draft = time.perf_counter()
         session = self.drafter.start(DraftRequest(
             input_ids=input_ids, attention_mask=attention_mask, model_kwargs=model_kwargs,
             placeholder_ids=self.placeholder_ids, sampling=sampling, vocab_size=self.vocab_size,
             pad_token_id=self.pad_token_id, need_probs=verifier.needs_probs and not sampling.greedy,
-            target_runner=target,
+            target_runner=target, num_draft_tokens=cfg.num_draft_tokens,
         ))  # fmt: skip
         stats.prefill_seconds = time.perf_counter() - t_start
         stats.draft_prefill_seconds = time.perf_counter() - t_draft
-        per_row = cfg.rows == "independent"
-        generated = [x_t[:, None]]  # per round: [B, width] emitted tokens, padding where a row emitted nothing
-        emitted_mask = [torch.ones_like(x_t[:, None], dtype=torch.bool)]  # per round: [B, width] real entries
+        compact = per_row and not self.drafter.indexes_target_cache  # squeeze the target's holes out now and then
+        generated = [x_t[:, None]]  # per round: [B, K+1] emitted tokens, padding where a row emitted nothing
+        emitted_mask = [torch.ones_like(x_t[:, None], dtype=torch.bool)]  # per round: [B, K+1] real entries
         n_new = torch.ones_like(x_t)  # [B] tokens generated per row
-        finished = torch.isin(x_t, eos) | (n_new >= cfg.max_new_tokens)  # [B]: EOS emitted or max_new_tokens reached
+        finished = torch.isin(x_t, eos) | (n_new >= big_t)  # [B]: EOS emitted or max_new_tokens reached
+        log = []  # per round: (k, accepted [B], emitted counts [B], running [B], draft forwards, seconds, seconds)
 
-        while not bool(finished.all()):
-            # propose: K drafts after x_t (never more than still fit under max_new_tokens; rows committing
-            # independently take the slowest row's room, the others overshoot and are trimmed at the end)
+        while True:
+            # one host synchronisation per round: are all rows done, and how far is the slowest running row
+            done, slowest = torch.stack([finished.all().long(), n_new.masked_fill(finished, big_t).min()]).tolist()
+            if done:
+                break
+            # propose: K drafts after x_t, never more than still fit before max_new_tokens (fixed length: drafts may
+            # fill the last position; rows committing independently take the slowest row's room and the others
+            # overshoot, trimmed at the end)
             t0 = time.perf_counter()
-            room = cfg.max_new_tokens - int(n_new[~finished].min()) - 1
+            room = big_t - slowest - (0 if cfg.fixed_length else 1)
             room = max(room, 1) if per_row else room
             draft_forwards_before = session.forwards
             if tree is not None and tree.depth <= room:
                 proposal = session.propose_tree(x_t, tree, generator)
             else:
                 proposal = session.propose(x_t, min(policy.next_k(), room), generator, policy.stop_below)
+            proposal.pending_position, proposal.noise_keys = n_new - 1, keys
             d = proposal.tokens  # [B, K] (a tree: K nodes)
             k = proposal.k
             t1 = time.perf_counter()
 
             # score: one target forward over [x_t, d_1..d_K] gives p_1..p_{K+1} (a tree: p at x_t and every node)
             block_parents = None if not proposal.is_tree else [-1] + [q + 1 for q in proposal.parents]
-            logits = target.extend(torch.cat([x_t[:, None], d], dim=1), block_parents,
-                                   reuse=proposal.meta.get("layer_reuse"))  # [B, K+1, V]  # fmt: skip
+            logits = target.extend(torch.cat([x_t[:, None], d], dim=1), block_parents, reuse=proposal.layer_reuse)  # [B, K+1, V]
             scores = TargetScores(logits, process_logits(logits, sampling) if verifier.needs_probs else None)
 
             # verify: accepted prefix length and correction/bonus token per row
             verdict = verifier.verify(proposal, scores, generator)
             accepted = verdict.num_accepted  # [B]
 
-            # commit: per row, n_b drafts + one token (aligned: the same n on every row); roll back the rest
+            # commit: row b keeps n_b drafts + one token (lock-step: the same n on every row); roll back the rest
+            path = None
             if proposal.is_tree:
                 path = verdict.path  # [B, depth] accepted nodes, root first
                 d = d.gather(1, path.clamp_min(0))  # [B, depth] tokens along each row's path
             d_ext = torch.cat([d, verdict.next_tokens[:, None]], dim=1)  # [B, K+1]
             if per_row:
-                n_b = accepted.masked_fill(finished, 0)  # [B]
-                target.commit_rows(1 + n_b, compact=False)  # x_t + accepted drafts; the STD view indexes this cache
-                session.accept_rows(n_b)
-                emitted = d_ext.scatter(1, n_b[:, None], verdict.next_tokens[:, None])  # [B, K+1]: d_1..d_n, token
-                new = (torch.arange(k + 1, device=device) <= n_b[:, None]) & ~finished[:, None]  # [B, K+1] real
-                committed = float((n_b + 1)[~finished].float().mean())
-                policy.update(k, int(n_b[~finished].min()))
-                x_next = emitted.gather(1, n_b[:, None]).squeeze(1)  # [B]
+                uniform, n_b = None, accepted.masked_fill(finished, 0)  # [B]
             else:
-                n = int(accepted[~finished].min()) if bool((~finished).any()) else 0
-                last = torch.where(accepted > n, d_ext[:, n], verdict.next_tokens)  # [B]
-                emitted = torch.cat([d[:, :n], last[:, None]], dim=1)  # [B, n+1]
-                if proposal.is_tree:
-                    keep = torch.cat([torch.zeros_like(path[:, :1]), path[:, :n] + 1], dim=1)  # x_t + accepted nodes
-                    target.commit(keep)
-                    session.accept(n, emitted, path[:, :n])
-                else:
-                    target.commit(1 + n)
-                    session.accept(n, emitted)
-                new = (~finished)[:, None].expand_as(emitted)  # [B, n+1]
-                committed = n + 1
-                policy.update(k, n)
-                x_next = last
-            emitted = emitted.masked_fill(~new, self.pad_token_id)
-            generated.append(emitted)
+                uniform = int(accepted.masked_fill(finished, d_ext.shape[1]).min())
+                n_b = torch.full_like(accepted, uniform)  # [B]
+            last = torch.where(accepted > n_b, d_ext.gather(1, n_b[:, None]).squeeze(1), verdict.next_tokens)  # [B]
+            emitted = d_ext.scatter(1, n_b[:, None], last[:, None])  # [B, K+1]: d_1..d_n, then the row's new token
+            if path is not None:
+                target.commit(torch.cat([torch.zeros_like(path[:, :1]), path[:, :uniform] + 1], dim=1))  # x_t + path
+            else:
+                # x_t + accepted drafts (per row: finished rows keep nothing, their filler stays a hole)
+                target.commit(1 + uniform if uniform is not None else (1 + n_b).masked_fill(finished, 0), compact=compact)
+            session.accept(Commit(n_b, emitted, uniform, None if path is None else path[:, :uniform], verdict, scores))
+            slot = torch.arange(d_ext.shape[1], device=device)  # [K+1]
+            new = (slot <= n_b[:, None]) & ~finished[:, None] & (n_new[:, None] + slot < big_t)  # [B, K+1] real entries
+            generated.append(emitted.masked_fill(~new, self.pad_token_id))
             emitted_mask.append(new)
-            stats.rounds.append(RoundStats(k, accepted.tolist(), committed, session.forwards - draft_forwards_before,
-                                           t1 - t0, time.perf_counter() - t1))  # fmt: skip
-            x_t = x_next.masked_fill(finished, self.pad_token_id)
+            log.append((k, accepted, new.sum(1), ~finished, session.forwards - draft_forwards_before, t1 - t0,
+                        time.perf_counter() - t1))  # fmt: skip
+            if policy.adaptive:
+                policy.update(k, uniform if uniform is not None else int(n_b.masked_fill(finished, k).min()))
+            x_t = last.masked_fill(finished, self.pad_token_id)
             finished = finished | (torch.isin(emitted, eos) & new).any(-1)
             n_new = n_new + new.sum(1)
-            finished = finished | (n_new >= cfg.max_new_tokens)
+            finished = finished | (n_new >= big_t)
 
+        # each row's tokens in order (rows emitted different counts per round), then padding
         tokens, real = torch.cat(generated, dim=1), torch.cat(emitted_mask, dim=1)  # [B, W]
-        if per_row:  # rows emitted different counts per round: each row's tokens in order, then padding
-            order = torch.sort((~real).long(), dim=1, stable=True).indices  # [B, W]
-            tokens = tokens.gather(1, order).masked_fill(~real.gather(1, order), self.pad_token_id)
-        new_tokens = trim_after_eos(tokens[:, : cfg.max_new_tokens], eos, self.pad_token_id)
+        order = torch.sort((~real).long(), dim=1, stable=True).indices  # [B, W]
+        width = int(real.sum(1).max())
+        tokens = tokens.gather(1, order).masked_fill(~real.gather(1, order), self.pad_token_id)[:, :width]
+        new_tokens = trim_after_eos(tokens, eos, self.pad_token_id)
+        _round_stats(stats, log)
         stats.target_forwards = target.forwards
         stats.draft_forwards = session.forwards
         stats.new_tokens = new_tokens.shape[1]
         stats.total_seconds = time.perf_counter() - t_start
         return GenerationOutput(torch.cat([input_ids, new_tokens], dim=1), new_tokens, stats)
+
+
+def _round_stats(stats: SpecStats, log: list) -> None:
+    """Per-round statistics from the loop's device-side log, read back in one transfer at the end."""
+    if not log:
+        stats.row_forwards = []
+        return
+    accepted = torch.stack([entry[1] for entry in log])  # [R, B]
+    counts = torch.stack([entry[2] for entry in log])  # [R, B] tokens each row committed
+    running = torch.stack([entry[3] for entry in log])  # [R, B] rows still generating
+    committed = (counts * running).sum(1).double() / running.sum(1).clamp_min(1)  # [R] per running row
+    row_forwards = 1 + running.long().sum(0)  # [B] prefill + the rounds each row took part in
+    accepted, committed, row_forwards = accepted.tolist(), committed.tolist(), row_forwards.tolist()
+    stats.rounds = [RoundStats(k, acc, com, fwd, ds, vs)
+                    for (k, _, _, _, fwd, ds, vs), acc, com in zip(log, accepted, committed)]  # fmt: skip
+    stats.row_forwards = row_forwards
 
 
 def trim_after_eos(tokens: torch.Tensor, eos: torch.Tensor, pad_token_id: int) -> torch.Tensor:

@@ -24,15 +24,15 @@ them too; models whose cache cannot be rolled back are refused when the runner i
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
-from .cache import compact, crop, new_cache
+from .cache import compact as gather_path, crop, new_cache
 from .layout import FULL, attention_layout, local_masks, model_mask
 from .models import FeatureTap, decoder_of, eager_attention, logits_width, output_logits, rotary_embeddings, uses_mrope
 from .tree import ancestor_matrix
+from .types import LayerReuse
 
 
 def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
@@ -42,14 +42,6 @@ def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
     after a video at its start + max(h, w), while its temporal positions run to start + t - 1)."""
     last = position_ids[..., -1]  # [B], or [3, B]
     return (last.amax(0) if position_ids.dim() == 3 else last) + 1
-
-
-@dataclass
-class LayerReuse:
-    """Verification inputs an early-exit draft already computed (see :meth:`ModelRunner.extend`)."""
-
-    layer: int  # first layer the target still has to run
-    hidden: torch.Tensor  # [B, L, H] the tokens' hidden states entering that layer
 
 
 class ModelRunner:
@@ -66,6 +58,7 @@ class ModelRunner:
         # ``prompt_embeds`` [B, T, H] (the decoder's input embeddings).
         self.keep_features = keep_features
         self.features: torch.Tensor | None = None
+        self.features_valid: torch.Tensor | None = None  # [B, n] after a per-row commit: which features were kept
         self.prompt_embeds: torch.Tensor | None = None
         self._tentative_features: torch.Tensor | None = None
         self.vocab_size = vocab_size or logits_width(model)
@@ -333,14 +326,20 @@ class ModelRunner:
                 self._tentative_features = tap.features if earlier == 0 else torch.cat([prev, tap.features], dim=1)
         return out.logits
 
-    def commit(self, keep: int | torch.Tensor) -> None:
+    def commit(self, keep: int | torch.Tensor, compact: bool = True) -> None:
         """Commit tentative tokens and roll back the rest (cache, mask and positions stay in step).
 
-        ``keep`` an int: the first ``keep`` tentative tokens (a chain prefix). A tensor [B, n]: per row, the
-        indices of a root-to-node path among the tentative tokens, gathered into contiguous positions.
+        ``keep`` an int: the first ``keep`` tentative tokens of every row (a chain prefix: a crop). A tensor [B]: per
+        row, its own chain prefix length (0..pending): rows advancing independently keep the rejected entries as holes
+        the attention mask hides, each row's positions advance by its own count, and :meth:`compact_holes` squeezes
+        the holes out once they pile up (``compact=False``: never here, for a cache whose positions others index, e.g.
+        the target's under an STD draft view). A tensor [B, n]: per row, the indices of a root-to-node path among the
+        tentative tokens (a tree), gathered into contiguous positions.
         """
+        if isinstance(keep, torch.Tensor) and keep.dim() == 1:
+            return self._commit_rows(keep, compact)
         if isinstance(keep, int) and self.tentative_valid is not None:  # a chain with holes: kept holes stay masked
-            return self.commit_rows(torch.full((self.mask.shape[0],), keep, dtype=torch.long, device=self.device))
+            return self._commit_rows(torch.full((self.mask.shape[0],), keep, dtype=torch.long, device=self.device), compact)
         if isinstance(keep, int):
             if not 0 <= keep <= self.pending or not all(p == i - 1 for i, p in enumerate(self.parents[:keep])):
                 raise ValueError(f"keep: expected a chain prefix length in 0..{self.pending}, got {keep}")
@@ -354,29 +353,27 @@ class ModelRunner:
                 crop(self.cache, self.pending - n)
             else:
                 committed = self.length - self.pending
-                compact(self.cache, committed, keep.to(self.device))
+                gather_path(self.cache, committed, keep.to(self.device))
         if self.keep_features:  # features of the committed tokens (the tentative block's first n, or the path)
             t = self._tentative_features
             self.features = t[:, :n] if isinstance(keep, int) else t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1]))
+            self.features_valid = None
         self.mask = self.mask[:, : self.length - self.pending + n]
         self.next_pos = self.next_pos + n
         self._reset_tentative()
 
-    def commit_rows(self, keep: torch.Tensor, compact: bool = True) -> None:
-        """Commit a different prefix of a tentative chain on every row: ``keep [B]`` tokens, 0..pending.
-
-        Rows advance independently (Jacobi decoding of a batch): the rejected entries stay in the cache as holes
-        that the attention mask hides, each row's positions advance by its own count, and :meth:`compact_holes`
-        squeezes the holes out once they pile up (``compact=False``: never here, for a cache whose positions others
-        index, e.g. the target's cache under an STD draft view). Chains only."""
+    def _commit_rows(self, keep: torch.Tensor, compact: bool) -> None:
+        """Per-row chain prefixes ``keep [B]`` (0..pending); see :meth:`commit`."""
         if not self.is_chain:
-            raise ValueError("commit_rows: per-row commits take a chain of tentative tokens, got a tree")
+            raise ValueError("keep: per-row commits take a chain of tentative tokens, got a tree")
         keep = keep.to(self.device)
         if keep.shape != (self.mask.shape[0],) or bool((keep < 0).any()) or bool((keep > self.pending).any()):
             raise ValueError(f"keep: expected [B] counts in 0..{self.pending}, got {keep.tolist()}")
         block = torch.arange(self.pending, device=self.device)[None, :] < keep[:, None]  # [B, L] kept entries
         if self.tentative_valid is not None:
             block = block & self.tentative_valid  # holes stay holes
+        if self.keep_features:  # row b's committed features: the first keep[b] of the block (valid marks which)
+            self.features, self.features_valid = self._tentative_features, block
         self.mask = torch.cat([self.mask[:, : self.length - self.pending], block.long()], dim=1)
         self.next_pos = self.next_pos + block.long().sum(1)
         self.padded = self.padded or bool((~block).any())

@@ -8,13 +8,30 @@ import torch
 
 
 @dataclass
+class LayerReuse:
+    """Verification inputs an early-exit draft already computed in the target's own cache: the target runs only its
+    layers from ``layer`` up, on ``hidden`` (see :meth:`mmspec.runner.ModelRunner.extend`)."""
+
+    layer: int  # first layer the target still has to run
+    hidden: torch.Tensor  # [B, L, H] the tokens' hidden states entering that layer
+
+
+@dataclass
 class Proposal:
-    """What a drafter proposes for one round."""
+    """What a drafter proposes for one round. The loop reads the typed fields; ``meta`` carries rule-specific inputs
+    only (e.g. the confidence-skip rule's ``confidence`` [B, K], the action rule's ``tolerance`` [B]), never read by
+    the loop itself."""
 
     tokens: torch.Tensor  # [B, K] int64 draft tokens (K may be 0); a tree: K nodes in BFS order
     probs: torch.Tensor | None = None  # [B, K, V] q each token was drawn from, or None (deterministic draft)
     parents: tuple[int, ...] | None = None  # tree only: parent node per token, -1 = the pending token x_t
-    meta: dict = field(default_factory=dict)  # rule-specific inputs, e.g. {"positions": [B, K] absolute positions}
+    meta: dict = field(default_factory=dict)  # rule-specific inputs (see above)
+    # [B] int64 index of the pending token x_t among each row's generated tokens (0 = the first; -1 = before it, when
+    # the first token itself is sampled by the rule); drafts sit at pending_position + 1 .. + K. Filled in by the loop
+    # (position-keyed rules: Gumbel noise); None = -1 for every row
+    pending_position: torch.Tensor | None = None
+    noise_keys: torch.Tensor | None = None  # [B] int64 per-row key of position-keyed noise (default arange(B))
+    layer_reuse: LayerReuse | None = None  # early exit in the target's cache: verification runs the upper layers only
 
     @property
     def k(self) -> int:
@@ -36,13 +53,38 @@ class TargetScores:
 
 
 @dataclass
+class Window:
+    """A Jacobi window: the next round's drafts and the proposal distribution each was drawn from."""
+
+    tokens: torch.Tensor  # [B, K] int64
+    probs: torch.Tensor  # [B, K, V]
+
+
+@dataclass
 class Verdict:
-    """A verifier's decision, per row."""
+    """A verifier's decision, per row. ``extras`` carries rule-specific diagnostics only (skip counts, distances, ...),
+    never read by the loop."""
 
     num_accepted: torch.Tensor  # [B] int64, 0..K: accepted draft prefix length (tree: accepted path length)
     next_tokens: torch.Tensor  # [B] int64: correction token at position num_accepted (bonus if all accepted)
     path: torch.Tensor | None = None  # [B, depth] tree only: accepted node indices root-down, -1 padded
-    extras: dict = field(default_factory=dict)  # rule-specific outputs (Jacobi's next window, skip counts, ...)
+    # Jacobi rules: the next window, already shifted by each row's commit (its sampling is coupled with this round's)
+    next_window: Window | None = None
+    extras: dict = field(default_factory=dict)  # rule-specific diagnostics (see above)
+
+
+@dataclass
+class Commit:
+    """What one round committed, as the engine tells the drafter session (:meth:`DraftSession.accept`): row b keeps
+    its first ``num_accepted[b]`` drafts and then ``emitted[b, num_accepted[b]]`` (the correction or bonus token, the
+    row's new pending token)."""
+
+    num_accepted: torch.Tensor  # [B] int64 drafts each row keeps (finished rows: 0)
+    emitted: torch.Tensor  # [B, K+1] int64: row b's committed tokens are emitted[b, :num_accepted[b] + 1]
+    uniform: int | None = None  # the common count when every row keeps the same number (lock-step), else None
+    path: torch.Tensor | None = None  # [B, n] tree only: the accepted nodes, root first (lock-step)
+    verdict: Verdict | None = None  # this round's verdict (Jacobi windows read its next_window)
+    scores: TargetScores | None = None  # this round's target scores (Jacobi windows resample from p)
 
 
 @dataclass

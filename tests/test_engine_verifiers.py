@@ -26,7 +26,7 @@ def test_exact_special_cases_reproduce_greedy_decoding(llama_pair, name, params)
     ("ssd", {"beta": 0.2}), ("top-r", {"r": 3}), ("margin", {"margin": 2.0}), ("action-tolerance", {"r": 2}),
     ("lantern", {"neighbours": build_neighbour_table(torch.randn(VOCAB, 4, generator=torch.Generator().manual_seed(0)), 3),
                  "delta": 0.2}),
-    ("gsd", {"window": 2}), ("phrase", {"library": [[5, 6], [7, 8, 9]]}), ("edit-distance", {"tau": 1}),
+    ("gsd", {"ranks": 2}), ("phrase", {"library": [[5, 6], [7, 8, 9]]}), ("edit-distance", {"tau": 1}),
     ("confidence-skip", {"threshold": 0.5}),
 ])  # fmt: skip
 def test_relaxed_rules_run_in_the_engine(llama_pair, name, params):

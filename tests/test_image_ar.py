@@ -11,7 +11,7 @@ from diffusers import VQModel
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import tests.helpers.broken_jacobi  # noqa: F401  (registers "test-broken-mc-sjd-stale-q")
-from mmspec.jacobi import JacobiConfig, JacobiEngine
+from mmspec import JacobiDrafter, SpecConfig, SpeculativeEngine
 from mmspec.modalities.image_ar import (IMAGE_AR_METHODS, ClassifierFreeGuidance, ImageARSpeculator, codes_to_images,
                                         images_to_codes)  # fmt: skip
 from mmspec.runner import ModelRunner
@@ -140,8 +140,10 @@ def test_sampled_law_matches_guided_ar(case):
 def test_law_test_catches_a_stale_proposal_mc_sjd():
     spec = speculator(grid=(2, 2))
     prefix = torch.tensor([[COND[0], COND[1]]]).expand(ROWS, -1).contiguous()
-    cfg = JacobiConfig(num_tokens=4, window=2, verifier="test-broken-mc-sjd-stale-q", temperature=0.9, top_k=3, seed=3)
-    codes = JacobiEngine(spec.guided(spec.target, 2.0), cfg, vocab_size=CODES).generate(prefix).new_tokens
+    cfg = SpecConfig(max_new_tokens=4, num_draft_tokens=2, verifier="test-broken-mc-sjd-stale-q", temperature=0.9, top_k=3,
+                     seed=3, rows="independent", fixed_length=True)  # fmt: skip
+    engine = SpeculativeEngine(spec.guided(spec.target, 2.0), JacobiDrafter(), cfg, vocab_size=CODES)
+    codes = engine.generate(prefix).new_tokens
     p = chi2_pvalue(codes, exact_joint(spec.target, prefix[:1], 4, 2.0, SAMPLING))
     assert p < 1e-6, f"p-value {p:.2e}: the law test missed the stale-proposal MC-SJD"
 
@@ -160,7 +162,8 @@ def test_lantern_with_delta_relaxes_the_law_but_keeps_the_length():
 def test_every_method_gives_exactly_h_times_w_codes(method):
     spec = speculator(grid=(3, 3))
     for window in (1, 4, 20):  # windows shorter than, around and longer than the grid
-        out = spec.generate([0, 1, 0], method, seed=window, window=window, num_draft_tokens=min(window, 5))
+        k = window if IMAGE_AR_METHODS.get(method).drafter == "jacobi" else min(window, 5)
+        out = spec.generate([0, 1, 0], method, seed=window, num_draft_tokens=k)
         assert out.codes.shape == (3, 9) and int(out.codes.max()) < CODES
         assert len(out.images) == 3 and out.images[0].size == (6, 6)
         assert out.stats.target_forwards <= 9 and out.step_compression >= 1.0

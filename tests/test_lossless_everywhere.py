@@ -180,7 +180,6 @@ def llama_engine():
     (dict(temperature=float("nan")), "temperature: expected a finite number"),
     (dict(temperature=float("inf")), "temperature: expected a finite number"),
     (dict(seed=-1), "seed: expected an int >= 0"),
-    (dict(verifier="sjd"), "verifier: 'sjd' verifies Jacobi windows"),
     (dict(verifier="reflection-coupling"), "verifier: 'reflection-coupling' verifies continuous states"),
     (dict(verifier="no-such-rule"), r"verifier: expected one of \[.*'greedy'"),
     (dict(verifier="ssd", verifier_params=dict(beta=-1)), "beta"),

@@ -175,7 +175,7 @@ def test_per_row_commits_and_hole_compaction_match_recompute(guided):
     block = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [1, 3, 5, 7]])
     for keep, compact in [([1, 3, 0], False), ([4, 0, 2], False), ([2, 2, 1], True)]:
         runner.extend(block)
-        runner.commit_rows(torch.tensor(keep))
+        runner.commit(torch.tensor(keep), compact=False)
         for r, n in enumerate(keep):
             seqs[r] += block[r, :n].tolist()
         assert runner.next_pos.tolist() == [len(s) for s in seqs]
@@ -184,18 +184,18 @@ def test_per_row_commits_and_hole_compaction_match_recompute(guided):
             assert int((runner.mask == 0).sum()) == sum(max(map(len, seqs)) - len(s) for s in seqs)
         probe = torch.tensor([[3], [4], [6]])
         logits = runner.extend(probe)[:, -1]  # [B, V]
-        runner.commit_rows(torch.zeros(3, dtype=torch.long))  # the probe leaves nothing behind
+        runner.commit(torch.zeros(3, dtype=torch.long), compact=False)  # the probe leaves nothing behind
         for r in range(3):
             torch.testing.assert_close(logits[r], direct(seqs[r] + probe[r].tolist())[:12], atol=1e-4, rtol=1e-4)
 
 
-def test_commit_rows_rejects_bad_counts(llama_pair):
+def test_per_row_commit_rejects_bad_counts(llama_pair):
     target, _ = llama_pair
     runner = ModelRunner(target)
     runner.prefill(torch.tensor([[1, 2], [3, 4]]))
     runner.extend(torch.tensor([[5, 6], [7, 8]]))
     with pytest.raises(ValueError, match="keep"):
-        runner.commit_rows(torch.tensor([3, 0]))
+        runner.commit(torch.tensor([3, 0]))
 
 
 def test_model_draft_session_per_row_accepts_match_recompute():
@@ -206,6 +206,7 @@ def test_model_draft_session_per_row_accepts_match_recompute():
     from mmspec.drafters.base import DraftRequest
     from mmspec.drafters.model import ModelDrafter
     from mmspec.sampling import SamplingParams, process_logits
+    from mmspec.types import Commit
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -220,7 +221,8 @@ def test_model_draft_session_per_row_accepts_match_recompute():
     pending = torch.tensor([1, 2, 3])
     for n in ([0, 3, 1], [3, 3, 0], [2, 0, 3], [1, 3, 3]):  # k = 3 drafts per round
         proposal = session.propose(pending, 3, g)
-        session.accept_rows(torch.tensor(n))
+        emitted = torch.cat([proposal.tokens, pending[:, None]], 1).scatter(1, torch.tensor(n)[:, None], -1)  # [B, 4]
+        session.accept(Commit(torch.tensor(n), emitted))
         for r in range(3):  # committed: the pending token and the accepted drafts; then a correction / bonus
             seqs[r] += [int(pending[r])] + proposal.tokens[r, : n[r]].tolist()
         pending = torch.randint(16, (3,), generator=g)

@@ -103,12 +103,20 @@ def test_errors(llama_pair):
         SpecConfig(rows="ragged")
     with pytest.raises(ValueError, match="rows: 'independent' commits token chains"):
         SpecConfig(rows="independent", tree=(2, 1))
-    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(3))
-    cfg = SpecConfig(max_new_tokens=8, rows="independent")
+
+
+def test_every_drafter_commits_per_row(llama_pair):
+    """Drafters that used to commit in lock-step only (EAGLE, n-gram, early exit in the target's cache) now roll back
+    per row too: identical to plain greedy decoding over long generations."""
     from mmspec.drafters.eagle import EagleDrafter
     from mmspec.drafting.eagle_head import EagleHead
 
+    target, _ = llama_pair
+    ids = torch.randint(3, 40, (3, 9), generator=torch.Generator().manual_seed(3))
+    ref = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=64)
+    torch.manual_seed(0)
     eagle = EagleDrafter(target, EagleHead.for_target(target).eval())
     for drafter in (NgramDrafter(), EarlyExitDrafter(target, 1, share_kv=True), eagle):
-        with pytest.raises(ValueError, match="commits all rows in lock-step only"):
-            SpeculativeEngine(target, drafter, cfg).generate(ids)
+        cfg = SpecConfig(max_new_tokens=64, num_draft_tokens=4, eos_token_id=2, rows="independent")
+        out = SpeculativeEngine(target, drafter, cfg).generate(ids)
+        assert torch.equal(out.sequences, ref), drafter.name

@@ -55,10 +55,10 @@ class JacobiContract(VerifierContract):
         with pytest.raises(ValueError, match="tree"):
             self.make().verify(proposal, TargetScores(p.log(), p))
 
-    def test_extras_are_the_next_window(self):
+    def test_verdict_carries_the_next_window(self):
         proposal, scores = agreeing_round(6)
         verdict = self.make().verify(proposal, scores, torch.Generator().manual_seed(0))
-        tokens, probs = verdict.extras["next_tokens_window"], verdict.extras["next_probs_window"]
+        tokens, probs = verdict.next_window.tokens, verdict.next_window.probs
         assert tokens.shape == (B, K) and tokens.dtype == torch.int64
         assert probs.shape == (B, K, V) and torch.allclose(probs.sum(-1), torch.ones(B, K))
         assert bool((probs.gather(-1, tokens[..., None]) > 0).all())  # every draft is possible under its proposal
@@ -100,15 +100,14 @@ class TestGumbelSJD(JacobiContract):
         """With explicit per-row noise keys (and init="repeat": no generator use), rows are independent."""
         proposal, scores = agreeing_round(3)
         keys = torch.tensor([11, 5, 7, 2, 9])
-        meta = {"noise_keys": keys, "pending_positions": torch.full((B,), 4)}
         verifier = make_verifier("gumbel-sjd", seed=1, init="repeat")
-        whole = verifier.verify(Proposal(proposal.tokens, None, meta=meta), scores)
+        whole = verifier.verify(Proposal(proposal.tokens, None, pending_position=torch.full((B,), 4), noise_keys=keys), scores)
         for r in range(B):
-            one_meta = {"noise_keys": keys[r : r + 1], "pending_positions": torch.full((1,), 4)}
-            one = verifier.verify(Proposal(proposal.tokens[r : r + 1], None, meta=one_meta),
+            one = verifier.verify(Proposal(proposal.tokens[r : r + 1], None, pending_position=torch.full((1,), 4),
+                                           noise_keys=keys[r : r + 1]),
                                   TargetScores(scores.logits[r : r + 1], scores.probs[r : r + 1]))  # fmt: skip
             assert int(one.num_accepted) == int(whole.num_accepted[r]) and int(one.next_tokens) == int(whole.next_tokens[r])
-            assert torch.equal(one.extras["next_tokens_window"][0], whole.extras["next_tokens_window"][r])
+            assert torch.equal(one.next_window.tokens[0], whole.next_window.tokens[r])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -206,24 +205,27 @@ def test_window_shift_semantics():
         assert int(step.window_tokens[0, 3]) == 3  # the last slot is fresh: fresh[K-1]
         repeat = rule(d, q, p, u, e, None)
         assert int(repeat.window_tokens[0, 3]) == int(repeat.window_tokens[0, 2])  # "repeat": copy S_K
-    proposal = Proposal(d, q, meta={"positions": torch.tensor([[10, 11, 12, 13]])})
+    proposal = Proposal(d, q, pending_position=torch.tensor([9]))  # drafts at positions 10..13
     verdict = make_verifier("sjd").verify(proposal, TargetScores(p.log(), p), torch.Generator().manual_seed(0))
-    shift = int(verdict.num_accepted) + 1
-    assert torch.equal(verdict.extras["next_positions_window"], torch.tensor([[10, 11, 12, 13]]) + shift)
+    assert verdict.next_window.tokens.shape == (1, k) and verdict.next_window.probs.shape == (1, k, v)
 
 
-def test_positions_meta_forms_agree():
+def test_pending_position_places_the_noise():
+    """Gumbel noise is keyed by absolute position: the pending position moves it; no pending position is -1 (drafts
+    at 0..K-1), and a window with no drafts (the loop's first token) is allowed."""
     x = random_window(1, 4, 3, 9, True)
     p = x["p"]
     scores = TargetScores(p.log(), p)
     verifier = make_verifier("gumbel-sjd", seed=5, init="repeat")
-    by_positions = verifier.verify(Proposal(x["d_gumbel"], None, meta={"positions": torch.tensor([[4, 5, 6]])}), scores)
-    by_pending = verifier.verify(Proposal(x["d_gumbel"], None, meta={"pending_positions": torch.full((4,), 3)}), scores)
-    assert torch.equal(by_positions.next_tokens, by_pending.next_tokens)
-    assert torch.equal(by_positions.extras["next_tokens_window"], by_pending.extras["next_tokens_window"])
-    empty = Proposal(torch.zeros(4, 0, dtype=torch.long), None, meta={"positions": torch.zeros(4, 0)})
-    with pytest.raises(ValueError, match="pending_positions"):
-        verifier.verify(empty, TargetScores(p[:, :1].log(), p[:, :1]))
+    default = verifier.verify(Proposal(x["d_gumbel"], None), scores)
+    at_minus_one = verifier.verify(Proposal(x["d_gumbel"], None, pending_position=torch.full((4,), -1)), scores)
+    assert torch.equal(default.next_tokens, at_minus_one.next_tokens)
+    assert torch.equal(default.next_window.tokens, at_minus_one.next_window.tokens)
+    moved = verifier.verify(Proposal(x["d_gumbel"], None, pending_position=torch.full((4,), 40)), scores)
+    assert not torch.equal(moved.next_window.tokens, default.next_window.tokens)
+    empty = Proposal(torch.zeros(4, 0, dtype=torch.long), None, pending_position=torch.full((4,), -1))
+    first = verifier.verify(empty, TargetScores(p[:, :1].log(), p[:, :1]))
+    assert torch.equal(first.num_accepted, torch.zeros(4, dtype=torch.long))
 
 
 def test_gumbel_reproduces_the_token_of_an_unchanged_slot():
@@ -237,14 +239,14 @@ def test_gumbel_reproduces_the_token_of_an_unchanged_slot():
     gumbel_max = (p.log() + noise).argmax(-1)  # [B, 5] the sample of each position
     d = (gumbel_max[:, :k] + 1) % v  # every first draft wrong: n = 0
     verifier = make_verifier("gumbel-sjd", seed=9, init="repeat")
-    first = verifier.verify(Proposal(d, None, meta={"pending_positions": torch.full((b,), 4), "noise_keys": keys}),
+    first = verifier.verify(Proposal(d, None, pending_position=torch.full((b,), 4), noise_keys=keys),
                             TargetScores(p[:, : k + 1].log(), p[:, : k + 1]))  # fmt: skip
     assert bool((first.num_accepted == 0).all()) and torch.equal(first.next_tokens, gumbel_max[:, 0])
-    window = first.extras["next_tokens_window"]  # positions 6, 7, 8
+    window = first.next_window.tokens  # positions 6, 7, 8
     assert torch.equal(window, gumbel_max[:, 1 : k + 1])
     # the next pass: p of positions 6..8 unchanged (the toy's p does not depend on the prefix here), 9 new
-    meta = {"positions": first.extras["next_positions_window"], "noise_keys": keys}
-    second = verifier.verify(Proposal(window, first.extras["next_probs_window"], meta=meta),
+    pending = 4 + first.num_accepted + 1  # [B] the new pending token's position (5)
+    second = verifier.verify(Proposal(window, first.next_window.probs, pending_position=pending, noise_keys=keys),
                              TargetScores(p[:, 1:].log(), p[:, 1:]))  # fmt: skip
     assert bool((second.num_accepted == k).all()) and torch.equal(second.next_tokens, gumbel_max[:, k + 1])
 
@@ -330,7 +332,7 @@ class ToyAR:
 
 def jacobi_decode(verifier, toy: ToyAR, rows: int, window: int, generator):
     """A complete batched Jacobi decode: each row keeps a window [pending, d_1..d_k], k = min(window, T - c - 1)
-    (never past the end), verifies it, commits n + 1 tokens and takes the verdict's extras as its next window.
+    (never past the end), verifies it, commits n + 1 tokens and takes the verdict's next window.
     Rows progress at different speeds; rows at the same length form one batched call. -> (tokens [N, T], passes [N])"""
     v, length = toy.v, toy.length
     y = torch.zeros(rows, length, dtype=torch.long)  # committed y_1..y_T
@@ -347,16 +349,16 @@ def jacobi_decode(verifier, toy: ToyAR, rows: int, window: int, generator):
             k = min(window, length - cc - 1)
             d = drafts[rows_g, :k]  # [G, k]
             p = toy.window_probs(y[rows_g, :cc], d)  # [G, k+1, V]
-            meta = {"pending_positions": torch.full((len(rows_g),), cc), "noise_keys": keys[rows_g]}
-            proposal = Proposal(d, None if first else proposals[rows_g, :k], meta=meta)
+            proposal = Proposal(d, None if first else proposals[rows_g, :k], pending_position=torch.full((len(rows_g),), cc),
+                                noise_keys=keys[rows_g])  # fmt: skip
             verdict = verifier.verify(proposal, TargetScores(p.log(), p), generator)
             n = verdict.num_accepted  # [G]
             for i in range(k):
                 y[rows_g, cc + i] = torch.where(n > i, d[:, i], y[rows_g, cc + i])
             y[rows_g, cc + n] = verdict.next_tokens
             c[rows_g] = cc + n + 1
-            drafts[rows_g, :k] = verdict.extras["next_tokens_window"]
-            proposals[rows_g, :k] = verdict.extras["next_probs_window"]
+            drafts[rows_g, :k] = verdict.next_window.tokens
+            proposals[rows_g, :k] = verdict.next_window.probs
             passes[rows_g] += 1
         first = False
     return y, passes

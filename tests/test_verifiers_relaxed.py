@@ -43,7 +43,7 @@ class TestLantern(VerifierContract):
 
 class TestGSD(VerifierContract):
     name = "gsd"
-    params = {"window": 2, "prob_tol": 0.3}
+    params = {"ranks": 2, "prob_tol": 0.3}
 
 
 @pytest.mark.parametrize("case", [c for m in (tolerance, action, codebook) for c in m.bench_cases(batch=4, k=3, vocab=40, seed=1)],
@@ -65,7 +65,7 @@ EXACT_CASES = [
     ("lantern", {"neighbours": NEIGHBOURS, "delta": 0.0}, "speculative", random_round),
     ("lantern", {"neighbours": NEIGHBOURS[:, :0], "delta": 0.3}, "speculative", random_round),  # k = 0
     ("lantern", {"neighbours": NEIGHBOURS, "lam": 1.0}, "speculative", random_round),  # λ = 1
-    ("gsd", {"window": 0}, "speculative", random_round),
+    ("gsd", {"ranks": 0}, "speculative", random_round),
     ("top-r", {"r": 1}, "greedy", _greedy_round),
     ("margin", {"margin": 0.0}, "greedy", _greedy_round),
     ("action-tolerance", {"r": 0}, "greedy", _greedy_round),
@@ -199,7 +199,7 @@ def test_neighbour_table():
     ("ssd", {"beta": -0.1}, "beta"), ("top-r", {"r": 0}, "r"), ("margin", {"margin": -1}, "margin"),
     ("action-tolerance", {"r": -1}, "r"), ("lantern", {"neighbours": torch.zeros(3)}, "neighbours"),
     ("lantern", {"neighbours": NEIGHBOURS, "delta": 2.0}, "delta"), ("lantern", {"neighbours": NEIGHBOURS, "lam": 0.5}, "lam"),
-    ("gsd", {"window": -1}, "window"),
+    ("gsd", {"ranks": -1}, "ranks"),
 ])  # fmt: skip
 def test_bad_parameters_are_clear_errors(name, params, arg):
     with pytest.raises(ValueError, match=arg):

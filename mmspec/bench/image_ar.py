@@ -49,7 +49,7 @@ def image_ar_methods(spec, *, window: int = 32, init: str = "repeat", deltas=(0.
     """(row name, registered method, generate() keyword arguments) for every benchmarked configuration. Jacobi rows
     use ``window`` slots and ``init`` for fresh slots (the SJD/MC-SJD rows also show the other init)."""
     other = "random" if init == "repeat" else "repeat"
-    jw = {"window": window, "init": init}
+    jw = {"num_draft_tokens": window, "init": init}  # the Jacobi window
     rows = [(f"plain (run {i + 1})" if i else "plain", "plain", {"seed_offset": 1000 * i}) for i in range(plain_runs)]
     rows += [
         (f"sjd W={window} {init}-init", "sjd", jw),

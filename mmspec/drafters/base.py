@@ -3,8 +3,8 @@
 A :class:`Drafter` holds what is fixed (models, options). ``start(request)`` opens a per-generation
 :class:`DraftSession` that owns all mutable state (its own cache, history, carry-over tokens), so nothing is
 stored on the models. Each round the engine calls ``session.propose(pending, k)`` and then
-``session.accept(num_accepted, emitted)`` so the session can roll back its cache (``accept_rows(num_accepted)``
-when rows advance independently).
+``session.accept(commit)`` with what every row kept (:class:`~mmspec.types.Commit`: per-row counts; in lock-step
+every row keeps the same count and ``commit.uniform`` says so), so the session can roll back its own state.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from ..registry import Registry
 from ..sampling import SamplingParams
-from ..types import Proposal
+from ..types import Commit, Proposal
 
 
 @dataclass
@@ -31,6 +31,7 @@ class DraftRequest:
     pad_token_id: int = 0
     need_probs: bool = False  # whether proposals must carry q (the verifier uses it)
     target_runner: object = None  # the target's ModelRunner right after its prefill (read-only: for KV reuse)
+    num_draft_tokens: int = 0  # K: the most drafts a round will ask for (a Jacobi window's size)
 
 
 class DraftSession:
@@ -48,26 +49,18 @@ class DraftSession:
         """Propose a token tree shaped like ``tree`` (a TreeSpec) below ``pending``."""
         raise ValueError(f"{type(self).__name__} proposes chains only; drop the `tree` option or use a model drafter")
 
-    def accept(self, num_accepted: int, emitted: torch.Tensor, path: torch.Tensor | None = None) -> None:
-        """The round committed ``emitted [B, num_accepted + 1]`` (accepted drafts + correction/bonus).
-
-        ``path [B, num_accepted]``: for a tree proposal, the accepted nodes' indices (root first).
-        """
+    def accept(self, commit: Commit) -> None:
+        """The round committed ``commit.emitted[b, :commit.num_accepted[b] + 1]`` on row b (accepted drafts, then the
+        correction or bonus); ``commit.path`` [B, n] for a tree proposal (the accepted nodes, root first)."""
         raise NotImplementedError  # abstract
-
-    def accept_rows(self, num_accepted: torch.Tensor) -> None:
-        """Rows advance independently: row b committed its first ``num_accepted[b]`` drafts plus one more token
-        (correction or bonus). Used by loops that commit per row (:class:`mmspec.jacobi.JacobiEngine`, and
-        :class:`mmspec.engine.SpeculativeEngine` with ``rows="independent"``)."""
-        raise ValueError(f"drafter: {type(self).__name__} commits all rows in lock-step only; per-row commits "
-                         "(rows='independent', image AR) need a drafter whose session implements accept_rows "
-                         "(ModelDrafter, STDDrafter)")  # fmt: skip
 
 
 class Drafter:
     name: str = "drafter"
     needs_target_features: bool = False  # the engine's target runner records features (EAGLE-style heads)
     needs_target_attention: bool = False  # ... and its verification attention (verifier-attention feedback)
+    indexes_target_cache: bool = False  # reads the target's cache by position (STD views): never compact its holes
+    proposes_window: bool = False  # a Jacobi window (the target's previous pass): Jacobi verification rules apply
 
     def start(self, request: DraftRequest) -> DraftSession:
         raise NotImplementedError  # abstract
@@ -94,3 +87,17 @@ def strip_placeholders(input_ids: torch.Tensor, attention_mask: torch.Tensor, pl
             ids[i, width - len(r) :] = r
             mask[i, width - len(r) :] = 1
     return ids, mask
+
+
+def right_align(values: torch.Tensor, counts: torch.Tensor, fill=0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row b's first ``counts[b]`` entries of ``values [B, L, ...]``, right-aligned in [B, W, ...] with W = max(counts)
+    (``fill`` before them) -> (aligned, valid [B, W] bool, or None when every row has W entries)."""
+    b = values.shape[0]
+    width = int(counts.max()) if b else 0
+    slots = torch.arange(width, device=values.device)[None, :]  # [1, W]
+    src = slots - (width - counts)[:, None]  # [B, W] source index, negative = padding
+    valid = src >= 0
+    idx = src.clamp_min(0).view(b, width, *([1] * (values.dim() - 2))).expand(b, width, *values.shape[2:])
+    out = values[:, :width].new_full((b, width, *values.shape[2:]), fill) if width else values[:, :0]
+    out = torch.where(valid.view(b, width, *([1] * (values.dim() - 2))), values.gather(1, idx), out) if width else out
+    return out, (None if bool(valid.all()) else valid)

@@ -27,7 +27,7 @@ from ..runner import ModelRunner
 from ..sampling import process_logits
 from ..tree import TreeSpec
 from ..types import Proposal
-from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
+from .base import DRAFTERS, DraftRequest, Drafter, right_align
 from .model import ModelDraftSession
 
 
@@ -73,14 +73,12 @@ class EagleRunner(ModelRunner):
         self.outputs = out if earlier == 0 or self.outputs is None else torch.cat([self.outputs, out], dim=1)
         return self.lm_head(out)
 
-    def commit(self, keep) -> None:
-        super().commit(keep)
+    def commit(self, keep, compact: bool = True) -> None:
+        super().commit(keep, compact)
         self.outputs = None
 
 
 class EagleDraftSession(ModelDraftSession):
-    accept_rows = DraftSession.accept_rows  # the head pairs tokens with the target features of one aligned commit
-
     def __init__(self, drafter: "EagleDrafter", request: DraftRequest):
         target = request.target_runner
         if target is None or target.features is None or target.model is not drafter.target:
@@ -142,16 +140,23 @@ class EagleDraftSession(ModelDraftSession):
             level_ids = list(range(first, len(tokens)))
         return Proposal(tokens=torch.stack(tokens, 1), probs=None, parents=tuple(parents))
 
-    def accept(self, num_accepted, emitted, path=None) -> None:
+    def accept(self, commit) -> None:
         # keep only the pairs built from the target's true features; drop every drafted entry
         self.runner.commit(self._feed.shape[1] if self._k else 0)
         self.runner.next_features = None
+        feats = self.target.features  # the committed tokens' features ([B, K+1, H] + features_valid when per row)
         if self._k == 0:  # nothing was fed: the old carry and pending token are still owed, and x_t now has a feature
-            self.carry = self._feed
-            self.carry_features = torch.cat([self.carry_features, self.target.features], dim=1)
+            self.carry, self.carry_valid = self._feed, self._feed_valid
+            self.carry_features = torch.cat([self.carry_features, feats[:, :1]], dim=1)
             return
-        self.carry_features = self.target.features  # [B, n+1, H]: x_t and the accepted drafts, now verified
-        self.carry = emitted[:, :num_accepted]  # d_1..d_n pair with f(x_t)..f(d_{n-1}); f(d_n) pairs with pending
+        if commit.uniform is not None:
+            self.carry_features = feats  # [B, n+1, H]: x_t and the accepted drafts, now verified
+            # d_1..d_n pair with f(x_t)..f(d_{n-1}); f(d_n) pairs with the pending token
+            self.carry, self.carry_valid = commit.emitted[:, : commit.uniform], None
+            return
+        n = commit.num_accepted  # [B]: each row's pairs, right-aligned (holes before the shorter rows' pairs)
+        self.carry_features, _ = right_align(feats, 1 + n)  # [B, max n + 1, H]
+        self.carry, self.carry_valid = right_align(commit.emitted, n)  # [B, max n]
 
 
 @DRAFTERS.register("eagle")

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 import torch
 
 from ..models import decoder_of, output_logits
-from ..runner import LayerReuse, ModelRunner
-from ..types import Proposal
-from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
+from ..runner import ModelRunner
+from ..types import LayerReuse, Proposal
+from .base import DRAFTERS, DraftRequest, Drafter
 from .model import ModelDraftSession
 
 
@@ -93,7 +93,7 @@ class SharedEarlyExitSession(ModelDraftSession):
     pass then runs only layers n.. on the hidden states the draft computed (LayerSkip-style self-speculation).
 
     Per round: feed x_t, d_1..d_K through layers < n (K drafts, plus one pass for d_K's own KV and hidden state); the
-    target verifies with :class:`~mmspec.runner.LayerReuse`; its commit crops every layer, shared ones included.
+    target verifies with :class:`~mmspec.types.LayerReuse`; its commit crops every layer, shared ones included.
     """
 
     def __init__(self, model, request: DraftRequest, num_layers: int):
@@ -119,16 +119,14 @@ class SharedEarlyExitSession(ModelDraftSession):
         if proposal.k == 0:
             return proposal
         self.runner.extend(proposal.tokens[:, -1:])  # d_K's lower-layer KV and hidden state, for verification
-        proposal.meta["layer_reuse"] = LayerReuse(self.num_layers, self.runner.tentative_hidden)  # [B, K+1, H]
+        proposal.layer_reuse = LayerReuse(self.num_layers, self.runner.tentative_hidden)  # [B, K+1, H]
         return proposal
-
-    accept_rows = DraftSession.accept_rows  # drafts in the target's cache: lock-step commits only
 
     def propose_tree(self, pending, tree, generator=None) -> Proposal:
         raise ValueError("tree: early exit with share_kv=True drafts chains only; use share_kv=False for trees")
 
-    def accept(self, num_accepted, emitted, path=None) -> None:
-        self._sync()  # the target's commit already cropped the shared cache
+    def accept(self, commit) -> None:
+        self._sync()  # the target's commit already rolled the shared cache back (a crop, or per-row holes)
 
     @property
     def forwards(self) -> int:

@@ -9,12 +9,13 @@ from ..models import logits_width
 from ..runner import ModelRunner
 from ..sampling import process_logits, sample
 from ..tree import TreeSpec
-from ..types import Proposal
+from ..types import Commit, Proposal
 from .base import DRAFTERS, DraftRequest, DraftSession, Drafter, strip_placeholders
 
 
 class ModelDraftSession(DraftSession):
-    carry_valid: torch.Tensor | None = None  # [B, c] bool when rows carry different counts (per-row loops)
+    carry_valid: torch.Tensor | None = None  # [B, c] bool when rows carry different counts (per-row commits)
+    _feed_valid: torch.Tensor | None = None  # [B, c+1] this round's feed validity (None: no holes)
 
     def __init__(self, model, request: DraftRequest, text_only: bool):
         self.runner = ModelRunner(model, request.vocab_size)
@@ -36,11 +37,11 @@ class ModelDraftSession(DraftSession):
 
     def propose(self, pending, k, generator=None, stop_below=None) -> Proposal:
         feed = torch.cat([self.carry, pending[:, None]], dim=1)  # [B, c+1]
-        self._feed, tokens, probs = feed, [], []
+        valid = None if self.carry_valid is None else torch.cat([self.carry_valid, torch.ones_like(pending[:, None], dtype=torch.bool)], 1)
+        self._feed, self._feed_valid, tokens, probs = feed, valid, [], []
         if k == 0:
             self._k = 0
             return Proposal(tokens=pending.new_zeros((pending.shape[0], 0)))
-        valid = None if self.carry_valid is None else torch.cat([self.carry_valid, torch.ones_like(pending[:, None], dtype=torch.bool)], 1)
         for i in range(k):
             logits = self.runner.extend(feed, valid=valid if i == 0 else None)[:, -1]  # [B, V]
             if self.sampling.greedy:
@@ -78,31 +79,30 @@ class ModelDraftSession(DraftSession):
                 logits = self.runner.extend(children, parents=block_parents)  # [B, nodes, V]
         return Proposal(tokens=torch.cat(tokens, 1), probs=None, parents=parents)
 
-    def accept(self, num_accepted, emitted, path=None) -> None:
+    def accept(self, commit: Commit) -> None:
+        """Keep the fed context and the fed accepted drafts d_1..d_min(n_b, k-1) of each row (d_k was never fed); a row
+        that accepted all k drafts carries d_k into the next round, the others a hole (none when no row did)."""
         if self._k == 0:  # nothing was fed this round: carry and the old pending token are still owed
-            self.carry = self._feed
+            self.carry, self.carry_valid = self._feed, self._feed_valid
             self.runner.commit(0)
             return
-        fed_drafts = min(num_accepted, self._k - 1)  # d_1..d_{k-1} were fed; d_k never was
-        if path is None:
-            self.runner.commit(self._feed.shape[1] + fed_drafts)
-        else:  # tree: keep the fed context and the fed nodes of the accepted path
-            width = self._feed.shape[1]
-            ctx = torch.arange(width, device=path.device).expand(path.shape[0], width)
-            self.runner.commit(torch.cat([ctx, width + path[:, :fed_drafts]], dim=1))
-        self.carry = emitted[:, self._k - 1 : self._k] if num_accepted == self._k else emitted[:, :0]
-
-
-    def accept_rows(self, num_accepted: torch.Tensor) -> None:
-        """Per-row commit: keep the fed context and d_1..d_min(n, k-1) of each row; a row that accepted all k drafts
-        carries d_k (never fed) into the next round, the others carry a hole."""
-        if self._k == 0:
-            raise ValueError("accept_rows: no drafts were proposed this round")
-        n = num_accepted.to(self._drafts.device)
-        self.runner.commit_rows(self._feed.shape[1] + n.clamp_max(self._k - 1))
+        width = self._feed.shape[1]
+        if commit.path is not None:  # a tree (lock-step): keep the fed context and the fed nodes of the accepted path
+            n = commit.uniform
+            ctx = torch.arange(width, device=commit.path.device).expand(commit.path.shape[0], width)
+            self.runner.commit(torch.cat([ctx, width + commit.path[:, : min(n, self._k - 1)]], dim=1))
+            self.carry, self.carry_valid = commit.emitted[:, self._k - 1 : self._k] if n == self._k else commit.emitted[:, :0], None
+            return
+        if commit.uniform is not None:  # every row kept the same count: a crop
+            n = commit.uniform
+            self.runner.commit(width + min(n, self._k - 1))
+            self.carry, self.carry_valid = commit.emitted[:, self._k - 1 : self._k] if n == self._k else commit.emitted[:, :0], None
+            return
+        n = commit.num_accepted.to(self._drafts.device)  # [B]
+        self.runner.commit(width + n.clamp_max(self._k - 1))
         all_in = n >= self._k  # [B]
         if bool(all_in.any()):
-            self.carry, self.carry_valid = self._drafts[:, -1:], all_in[:, None]
+            self.carry, self.carry_valid = self._drafts[:, -1:], (None if bool(all_in.all()) else all_in[:, None])
         else:
             self.carry, self.carry_valid = self._drafts[:, :0], None
 

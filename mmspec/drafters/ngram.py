@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..types import Proposal
-from .base import DRAFTERS, DraftRequest, DraftSession, Drafter
+from .base import DRAFTERS, DraftRequest, DraftSession, Drafter, right_align
 
 _BLOCKED = -1  # stands in for placeholder / padding positions in the history
 
@@ -51,9 +51,14 @@ class NgramDraftSession(DraftSession):
             tokens[i, : len(f)] = f
         return Proposal(tokens=tokens, probs=None)
 
-    def accept(self, num_accepted, emitted, path=None) -> None:
-        # history gains this round's pending token and everything emitted except the new pending token
-        self.history = torch.cat([self._context, emitted[:, :-1]], 1)
+    def accept(self, commit) -> None:
+        # history gains this round's pending token and each row's accepted drafts (not the new pending token); rows
+        # that kept fewer are left-padded with blocked entries (never matched), so every row's history stays contiguous
+        if commit.uniform is not None:
+            self.history = torch.cat([self._context, commit.emitted[:, : commit.uniform]], 1)
+            return
+        grown = torch.cat([self._context, commit.emitted], 1)  # [B, T+1 + K+1]
+        self.history, _ = right_align(grown, self._context.shape[1] + commit.num_accepted, fill=_BLOCKED)
 
 
 @DRAFTERS.register("ngram")

@@ -50,13 +50,9 @@ class STDDraftSession(ModelDraftSession):
         self._sync()
         return super().propose_tree(pending, tree, generator)
 
-    def accept_rows(self, num_accepted) -> None:
-        """Rows advance independently: the same as :meth:`accept` (the view keeps no draft entries; each row's
-        committed dense KV, and the target's holes, masked, arrive with the next sync)."""
-        self.accept(num_accepted, None)
-
-    def accept(self, num_accepted, emitted, path=None) -> None:
-        self.runner.commit(0)  # drop the sparse draft entries; the target's dense ones come with the next _sync
+    def accept(self, commit) -> None:
+        # drop the sparse draft entries; the target's dense ones (per-row holes included, masked) come with the next sync
+        self.runner.commit(0)
         if self.feedback and self.target.attention is not None:
             # verifier-attention feedback: this round's verification attention over the visual entries picks the
             # visual KV the next round's drafts read (per layer); the view is rebuilt from the target's cache
@@ -82,6 +78,7 @@ class STDDrafter(Drafter):
             raise ValueError(f"query_rows: expected an int >= 1, got {query_rows!r}")
         self.target, self.keep, self.query_rows, self.feedback = target.eval(), keep, query_rows, bool(feedback)
         self.needs_target_attention = self.feedback  # the engine records the verifier's attention for us
+        self.indexes_target_cache = True  # the view appends the target's entries by cache position
         self.name = f"std[{keep}]" + ("+feedback" if feedback else "")
 
     def check_compatible(self, target, vocab_size: int) -> None:

@@ -7,19 +7,20 @@ condition), every call feeds both halves the same tokens and positions, and the 
 
     logits = uncond + cfg_scale * (cond - uncond)
 
-Methods (a registry, :data:`IMAGE_AR_METHODS`), all through the shared loops and the verifier registry:
+Methods (a registry, :data:`IMAGE_AR_METHODS`): (drafter, verifier) pairs run by the one token loop,
+:class:`~mmspec.engine.SpeculativeEngine` (rows advance independently, exactly h*w codes per row, no EOS):
 
 ==================  =============================================================  ========
-method              loop + verifier                                                lossless
+method              drafter + verifier                                             lossless
 ==================  =============================================================  ========
-``plain``           one token per target call (the reference sampler)              yes
-``sjd``             :class:`~mmspec.jacobi.JacobiEngine` + ``sjd`` (``init``,      yes
-                    ``reuse`` = SJD++ high-confidence reuse)
-``mc-sjd``          Jacobi + ``mc-sjd`` (maximal coupling)                          yes
-``gumbel-sjd``      Jacobi + ``gumbel-sjd`` (fixed Gumbel noise per position)       yes
-``lantern-jacobi``  Jacobi + ``lantern`` (δ or λ mode, codebook neighbours)         no
-``gsd``             Jacobi + ``gsd`` (grouped acceptance, codebook distances)       no
-``speculative``     the same loop, drafts from a small AR drafter + ``speculative``  yes
+``plain``           none: one token per target call (the reference sampler)        yes
+``sjd``             :class:`~mmspec.drafters.jacobi.JacobiDrafter` + ``sjd``       yes
+                    (``init``, ``reuse`` = SJD++ high-confidence reuse)
+``mc-sjd``          Jacobi window + ``mc-sjd`` (maximal coupling)                   yes
+``gumbel-sjd``      Jacobi window + ``gumbel-sjd`` (fixed Gumbel noise per position) yes
+``lantern-jacobi``  Jacobi window + ``lantern`` (δ or λ mode, codebook neighbours)  no
+``gsd``             Jacobi window + ``gsd`` (grouped acceptance, codebook distances) no
+``speculative``     small AR drafter (:class:`ModelDrafter`) + ``speculative``      yes
 ``lantern``         small AR drafter + ``lantern``                                  no
 ==================  =============================================================  ========
 
@@ -34,15 +35,17 @@ Python API::
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from PIL import Image
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from ..config import SpecConfig
+from ..drafters.jacobi import JacobiDrafter
 from ..drafters.model import ModelDrafter
-from ..jacobi import JacobiConfig, JacobiEngine
+from ..engine import SpeculativeEngine
 from ..registry import Registry
 from ..runner import ModelRunner
 from ..sampling import SamplingParams, sample_tokens
@@ -172,33 +175,21 @@ class ImageAROutput:
 
 @dataclass(frozen=True)
 class ImageARMethod:
+    """A method is a (drafter, verifier) pair run by the one token loop, or plain AR sampling (``verifier`` None)."""
+
     name: str
-    run: Callable[..., GenerationOutput]  # run(speculator, prefix [B, P], request) -> output
-    lossless: bool
+    verifier: str | None  # registered verifier; None: plain AR (the reference sampler)
+    drafter: str  # "jacobi": the target's previous pass (a Jacobi window); "model": the small AR drafter
+    num_draft_tokens: int  # default K: the Jacobi window, or drafts per round
     description: str
+    params: Callable | None = None  # (speculator, verifier params) -> verifier params (codebook tables, ...)
+
+    @property
+    def lossless(self) -> bool:
+        return True if self.verifier is None else VERIFIERS.get(self.verifier).lossless
 
 
 IMAGE_AR_METHODS: Registry[ImageARMethod] = Registry("image-AR method")
-
-
-@dataclass
-class DecodeRequest:
-    """Everything a method needs besides the models (built by :meth:`ImageARSpeculator.generate`)."""
-
-    num_tokens: int
-    sampling: SamplingParams
-    seed: int
-    cfg_scale: float
-    window: int = 16  # Jacobi window (draft slots)
-    num_draft_tokens: int = 4  # AR drafter draft length
-    init: str = "random"
-    params: dict[str, Any] = field(default_factory=dict)  # verifier parameters (delta, lam, reuse, window_ranks...)
-
-    def __post_init__(self):
-        for name in ("window", "num_draft_tokens"):  # named here, before a loop config sees them under another name
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
 
 
 def _generator(seed: int, device) -> torch.Generator:
@@ -206,55 +197,20 @@ def _generator(seed: int, device) -> torch.Generator:
 
 
 @torch.no_grad()
-def plain_ar(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
+def plain_ar(model, prefix: torch.Tensor, num_tokens: int, sampling: SamplingParams, generator, vocab: int) -> GenerationOutput:
     """The reference sampler: one target call per token with a KV cache (what LlamaGen's sampling loop does)."""
-    gen = _generator(req.seed, prefix.device)
     t0 = time.perf_counter()
-    runner = ModelRunner(spec.guided(spec.target, req.cfg_scale), spec.codebook_size)
-    tokens = [sample_tokens(runner.prefill(prefix), req.sampling, gen)]  # [B]
+    runner = ModelRunner(model, vocab)
+    tokens = [sample_tokens(runner.prefill(prefix), sampling, generator)]  # [B]
     stats = SpecStats(prefill_seconds=time.perf_counter() - t0)
-    for _ in range(req.num_tokens - 1):
+    for _ in range(num_tokens - 1):
         logits = runner.extend(tokens[-1][:, None])[:, -1]  # [B, V]
         runner.commit(1)
-        tokens.append(sample_tokens(logits, req.sampling, gen))
+        tokens.append(sample_tokens(logits, sampling, generator))
     codes = torch.stack(tokens, dim=1)  # [B, T]
     stats.target_forwards, stats.new_tokens = runner.forwards, codes.shape[1]
     stats.total_seconds = time.perf_counter() - t0
     return GenerationOutput(torch.cat([prefix, codes], 1), codes, stats)
-
-
-def _jacobi(verifier: str, param_builder: Callable | None = None):
-    def run(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
-        params = dict(req.params)
-        if param_builder is not None:
-            params = param_builder(spec, params)
-        if verifier == "gumbel-sjd":
-            params.setdefault("seed", req.seed)
-        s = req.sampling
-        cfg = JacobiConfig(num_tokens=req.num_tokens, window=req.window, verifier=verifier, verifier_params=params,
-                           init=req.init, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)  # fmt: skip
-        engine = JacobiEngine(spec.guided(spec.target, req.cfg_scale), cfg, vocab_size=spec.codebook_size)
-        return engine.generate(prefix, generator=_generator(req.seed, prefix.device))
-
-    return run
-
-
-def _with_drafter(verifier: str, param_builder: Callable | None = None):
-    def run(spec: "ImageARSpeculator", prefix: torch.Tensor, req: DecodeRequest) -> GenerationOutput:
-        if spec.drafter is None:
-            raise ValueError(f"drafter: the method needs a small AR drafter (verifier {verifier!r}); pass "
-                             "ImageARSpeculator(..., drafter=model)")  # fmt: skip
-        params = dict(req.params)
-        if param_builder is not None:
-            params = param_builder(spec, params)
-        s = req.sampling
-        cfg = JacobiConfig(num_tokens=req.num_tokens, window=req.num_draft_tokens, verifier=verifier, verifier_params=params,
-                           temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)  # fmt: skip
-        drafter = ModelDrafter(spec.guided(spec.drafter, req.cfg_scale))
-        engine = JacobiEngine(spec.guided(spec.target, req.cfg_scale), cfg, vocab_size=spec.codebook_size, drafter=drafter)
-        return engine.generate(prefix, generator=_generator(req.seed, prefix.device))
-
-    return run
 
 
 def _lantern_params(spec: "ImageARSpeculator", params: dict) -> dict:
@@ -267,19 +223,17 @@ def _gsd_params(spec: "ImageARSpeculator", params: dict) -> dict:
     return {"embeddings": emb, "dist_threshold": spec.gsd_threshold(), **params}
 
 
-def _register(name: str, run, verifier: str | None, description: str) -> None:
-    lossless = True if verifier is None else VERIFIERS.get(verifier).lossless
-    IMAGE_AR_METHODS.register(name)(ImageARMethod(name, run, lossless, description))
-
-
-_register("plain", plain_ar, None, "plain AR sampling, one target call per token")
-_register("sjd", _jacobi("sjd"), "sjd", "speculative Jacobi decoding (init random|repeat; reuse = SJD++ reuse)")
-_register("mc-sjd", _jacobi("mc-sjd"), "mc-sjd", "MC-SJD: Jacobi with maximal coupling of old and new samples")
-_register("gumbel-sjd", _jacobi("gumbel-sjd"), "gumbel-sjd", "Jacobi with Gumbel coupling (fixed noise per position)")
-_register("lantern-jacobi", _jacobi("lantern", _lantern_params), "lantern", "LANTERN relaxed acceptance on Jacobi drafts")
-_register("gsd", _jacobi("gsd", _gsd_params), "gsd", "GSD grouped acceptance on Jacobi drafts")
-_register("speculative", _with_drafter("speculative"), "speculative", "speculative sampling with the small AR drafter")
-_register("lantern", _with_drafter("lantern", _lantern_params), "lantern", "LANTERN relaxed acceptance, small AR drafter")
+for _method in (
+    ImageARMethod("plain", None, "none", 0, "plain AR sampling, one target call per token"),
+    ImageARMethod("sjd", "sjd", "jacobi", 16, "speculative Jacobi decoding (init random|repeat; reuse = SJD++ reuse)"),
+    ImageARMethod("mc-sjd", "mc-sjd", "jacobi", 16, "MC-SJD: Jacobi with maximal coupling of old and new samples"),
+    ImageARMethod("gumbel-sjd", "gumbel-sjd", "jacobi", 16, "Jacobi with Gumbel coupling (fixed noise per position)"),
+    ImageARMethod("lantern-jacobi", "lantern", "jacobi", 16, "LANTERN relaxed acceptance on Jacobi drafts", _lantern_params),
+    ImageARMethod("gsd", "gsd", "jacobi", 16, "GSD grouped acceptance on Jacobi drafts", _gsd_params),
+    ImageARMethod("speculative", "speculative", "model", 4, "speculative sampling with the small AR drafter"),
+    ImageARMethod("lantern", "lantern", "model", 4, "LANTERN relaxed acceptance, small AR drafter", _lantern_params),
+):
+    IMAGE_AR_METHODS.register(_method.name)(_method)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -352,27 +306,63 @@ class ImageARSpeculator:
 
     # -- generation -----------------------------------------------------------------------------------------
     def generate(self, condition, method: str = "sjd", *, cfg_scale: float | None = None, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, window: int = 16, num_draft_tokens: int = 4,
-                 init: str = "random", decode: bool = True, **verifier_params) -> ImageAROutput:  # fmt: skip
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, generator: torch.Generator | None = None,
+                 num_draft_tokens: int | None = None, window: int | None = None, init: str = "random",
+                 decode: bool = True, **verifier_params) -> ImageAROutput:  # fmt: skip
         """Generate one image per condition with ``method`` (see :data:`IMAGE_AR_METHODS`).
 
-        ``verifier_params`` go to the method's verifier: ``delta`` / ``lam`` / ``neighbours_k`` (LANTERN), ``window``
-        is the Jacobi window — GSD's rank window is ``ranks``; ``reuse`` (SJD); ``prob_tol`` (GSD).
+        ``num_draft_tokens``: K, the Jacobi window of the Jacobi methods (default 16) or the drafts per round of the
+        drafter methods (default 4); ``window`` is an alias. ``seed`` seeds the sampling (``generator`` instead:
+        a torch.Generator of your own). ``init``: how fresh Jacobi slots are filled ("random" | "repeat").
+        ``verifier_params`` go to the method's verifier: ``delta`` / ``lam`` / ``neighbours_k`` (LANTERN),
+        ``ranks`` / ``prob_tol`` (GSD), ``reuse`` (SJD).
         """
         entry = IMAGE_AR_METHODS.get(method)
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+        if window is not None and num_draft_tokens is not None and window != num_draft_tokens:
+            raise ValueError(f"window: an alias of num_draft_tokens; got both ({window} and {num_draft_tokens})")
+        k = num_draft_tokens if num_draft_tokens is not None else window if window is not None else entry.num_draft_tokens
+        name = "num_draft_tokens" if num_draft_tokens is not None or window is None else "window"
+        if entry.verifier is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"{name}: expected an int >= 1, got {k!r}")
         prefix = self.prefix_ids(condition)
-        if "ranks" in verifier_params:  # GSD's own "window" (ranks around x) vs the Jacobi window
-            verifier_params["window"] = verifier_params.pop("ranks")
         cfg_scale = self.cfg_scale if cfg_scale is None else cfg_scale
         ClassifierFreeGuidance(self.target, self.null_prompt, cfg_scale)  # validates cfg_scale
-        req = DecodeRequest(num_tokens=self.grid[0] * self.grid[1], sampling=SamplingParams(temperature, top_k, top_p),
-                            seed=seed, cfg_scale=float(cfg_scale), window=window, num_draft_tokens=num_draft_tokens,
-                            init=init, params=verifier_params)  # fmt: skip
-        out = entry.run(self, prefix, req)
+        sampling = SamplingParams(temperature, top_k, top_p)
+        generator = generator or _generator(seed, prefix.device)
+        num_tokens = self.grid[0] * self.grid[1]
+        if entry.verifier is None:
+            out = plain_ar(self.guided(self.target, cfg_scale), prefix, num_tokens, sampling, generator, self.codebook_size)
+        else:
+            out = self._speculate(entry, prefix, num_tokens, sampling, generator, seed, float(cfg_scale), k, init,
+                                  verifier_params)  # fmt: skip
         codes = out.new_tokens  # [B, h*w]
-        if codes.shape[1] != req.num_tokens:
-            raise RuntimeError(f"method {method!r} produced {codes.shape[1]} codes, expected {req.num_tokens}")
+        if codes.shape[1] != num_tokens:
+            raise RuntimeError(f"method {method!r} produced {codes.shape[1]} codes, expected {num_tokens}")
         images = to_pil(codes_to_images(self.vq, codes, self.grid)) if decode else []
         return ImageAROutput(images, codes, out.stats, method, entry.lossless)
+
+    def _speculate(self, entry: ImageARMethod, prefix, num_tokens, sampling, generator, seed, cfg_scale, k, init,
+                   verifier_params) -> GenerationOutput:  # fmt: skip
+        """The method's (drafter, verifier) pair in the one token loop: every row advances on its own and generates
+        exactly ``num_tokens`` codes (no EOS)."""
+        params = dict(verifier_params)
+        if entry.params is not None:
+            params = entry.params(self, params)
+        if entry.verifier == "gumbel-sjd":
+            params.setdefault("seed", seed)
+        if VERIFIERS.get(entry.verifier).domain == "jacobi":  # the rule fills its own next window's fresh slots
+            params.setdefault("init", init)
+        if entry.drafter == "jacobi":
+            drafter = JacobiDrafter(init)
+        elif self.drafter is None:
+            raise ValueError(f"drafter: the method needs a small AR drafter (verifier {entry.verifier!r}); pass "
+                             "ImageARSpeculator(..., drafter=model)")  # fmt: skip
+        else:
+            drafter = ModelDrafter(self.guided(self.drafter, cfg_scale))
+        config = SpecConfig(num_draft_tokens=k, max_draft_tokens=max(k, 16), verifier=entry.verifier,
+                            verifier_params=params, temperature=sampling.temperature, top_k=sampling.top_k,
+                            top_p=sampling.top_p, max_new_tokens=num_tokens, rows="independent", fixed_length=True)  # fmt: skip
+        engine = SpeculativeEngine(self.guided(self.target, cfg_scale), drafter, config, vocab_size=self.codebook_size)
+        return engine.generate(prefix, generator=generator)

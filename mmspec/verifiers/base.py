@@ -12,8 +12,8 @@ from ..types import Proposal, TargetScores, Verdict
 
 
 DOMAINS = {  # what a verifier's proposals are, and which loop runs it
-    "token": "token drafts (SpeculativeEngine; also the Jacobi loop's drafter methods)",
-    "jacobi": "Jacobi windows (the image-AR Jacobi loop: the verdict also gives the next window)",
+    "token": "token drafts (SpeculativeEngine, any drafter)",
+    "jacobi": "Jacobi windows (SpeculativeEngine with a JacobiDrafter: the verdict also gives the next window)",
     "continuous": "continuous states (DiffusionSpeculator)",
 }
 
@@ -31,6 +31,7 @@ class Verifier:
     bounds: ClassVar[str] = "exact: output law equals the target's"
     paper: ClassVar[str] = ""
     domain: ClassVar[str] = "token"  # a key of DOMAINS: what it verifies
+    samples_first_token: ClassVar[bool] = False  # the loop asks the rule for the first token too (else: plain sampling)
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator: torch.Generator | None = None) -> Verdict:
         raise NotImplementedError  # abstract; every registered verifier overrides it

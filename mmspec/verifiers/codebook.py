@@ -201,22 +201,22 @@ def gsd_core(x, p, q, window, prob_tol, embeddings, dist_threshold, u, e) -> Ver
 @VERIFIERS.register("gsd")
 class GroupedSpeculativeVerifier(Verifier):
     """GSD grouped acceptance for visual AR: accept x with probability min(1, Σ_{y∈G} p(y) / Σ_{y∈G} q(y)) where
-    G = tokens within ±``window`` ranks of x in the target's ranking, filtered by |p(y) - p(x)| < ``prob_tol`` and
+    G = tokens within ±``ranks`` ranks of x in the target's ranking, filtered by |p(y) - p(x)| < ``prob_tol`` and
     (given a codebook) embedding distance < ``dist_threshold`` (see :func:`calibrate_distance_threshold`). On
-    rejection the exact residual norm(max(0, p - q)) is sampled. window = 0 (G = {x}) is exact sampling. Note the
+    rejection the exact residual norm(max(0, p - q)) is sampled. ranks = 0 (G = {x}) is exact sampling. Note the
     grouped ratio is not uniformly more permissive than p(x)/q(x): a group where q has more mass than p lowers it."""
 
     lossless = False
-    bounds = "acceptance uses the mass of a group of near-equivalent tokens; G = {x} (window = 0) is exact"
+    bounds = "acceptance uses the mass of a group of near-equivalent tokens; G = {x} (ranks = 0) is exact"
     paper = "Grouped Speculative Decoding (GSD, So et al. 2025), METHODS.md §3"
 
-    def __init__(self, window: int = 7, prob_tol: float = 0.15, embeddings: torch.Tensor | None = None,
+    def __init__(self, ranks: int = 7, prob_tol: float = 0.15, embeddings: torch.Tensor | None = None,
                  dist_threshold: float | None = None):  # fmt: skip
-        check_param("window", window, isinstance(window, int) and not isinstance(window, bool) and window >= 0, "an int >= 0")
+        check_param("ranks", ranks, isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 0, "an int >= 0")
         check_param("prob_tol", prob_tol, isinstance(prob_tol, (int, float)) and prob_tol > 0, "a number > 0")
         if embeddings is not None and dist_threshold is None:
             dist_threshold = calibrate_distance_threshold(embeddings)
-        self.window, self.prob_tol, self.embeddings, self.dist_threshold = window, float(prob_tol), embeddings, dist_threshold
+        self.ranks, self.prob_tol, self.embeddings, self.dist_threshold = ranks, float(prob_tol), embeddings, dist_threshold
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
         require_chain(proposal, "gsd")
@@ -224,7 +224,7 @@ class GroupedSpeculativeVerifier(Verifier):
         emb = None if self.embeddings is None else self.embeddings.to(x.device).float()
         u = draft_uniforms(x, generator)
         e = residual_noise(p, generator)
-        return gsd_core(x, p, proposal.probs, self.window, self.prob_tol, emb, self.dist_threshold, u, e)
+        return gsd_core(x, p, proposal.probs, self.ranks, self.prob_tol, emb, self.dist_threshold, u, e)
 
 
 def reference_gsd(x, p, q, window, prob_tol, embeddings, dist_threshold, u, e) -> Verdict:

@@ -8,15 +8,15 @@ p_{i-1} scores d_i and p_K is the bonus distribution). In mmspec's contract:
 
     proposal.tokens  [B, K]     d_1..d_K
     proposal.probs   [B, K, V]  q_1..q_K (None: every q_i is one-hot on d_i)
-    proposal.meta    {"positions": [B, K] absolute positions t+1..t+K (default arange(K) per row),
-                      "pending_positions": [B] position t (alternative to "positions"; needed when K = 0),
-                      "noise_keys": [B] int64 per-row noise key (Gumbel rule only; default arange(B))}
+    proposal.pending_position [B] position t of x_t among the generated tokens (the drafts sit at t+1..t+K)
+    proposal.noise_keys  [B] int64 per-row noise key (Gumbel rule only; default arange(B))
     scores.probs     [B, K+1, V] p_0..p_K (processed: temperature / top-k / top-p, the same as the drafts')
 
 Every rule computes one new sample S_j per scored position t+j+1 (j = 0..K), an accepted prefix length n (0..K)
 and commits d_1..d_n followed by ``next_tokens`` = S_n at position t+n+1 (the correction, or the bonus when n = K).
 
-Window bookkeeping (the shift is done here; the caller uses ``Verdict.extras`` as the next window as it is):
+Window bookkeeping (the shift is done here, in :func:`mmspec.window.shift_window`; the window drafter uses
+``Verdict.next_window`` as the next window as it is):
 
     after committing n + 1 tokens the new pending token is S_n at t' = t + n + 1, and the next window's drafts are
     at positions t'+1..t'+K:
@@ -26,7 +26,7 @@ Window bookkeeping (the shift is done here; the caller uses ``Verdict.extras`` a
       slot i = K-n+1..K fresh (n slots, none scored yet): one-hot proposal on a token chosen by ``init``:
                         "random" = uniform over the vocabulary, "repeat" = S_K, the token sampled for the farthest
                         scored position t+K+1 (the left neighbour of the first fresh slot: a spatial prior).
-    extras = {"next_tokens_window": [B, K], "next_probs_window": [B, K, V], "next_positions_window": [B, K]}
+    Verdict.next_window = Window(tokens [B, K], probs [B, K, V]) (its drafts sit at t'+1..t'+K)
 
 Near the end of the sequence the caller truncates: with T the last position to generate, the next window keeps
 its first min(K, T - t' - 1) slots (never run the window past the end; the bonus position then is <= T).
@@ -45,12 +45,13 @@ draws that randomness (from the generator, or from the fixed per-position Gumbel
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from ..types import Proposal, TargetScores, Verdict
+from ..types import Proposal, TargetScores, Verdict, Window
+from ..window import FRESH_INIT, check_init, race, shift_window
 from .base import VERIFIERS, BenchCase, Verifier, first_rejection
 
 _EMPTY = 1e-12  # a residual whose mass is below this is numerically empty: fall back to p (METHODS.md §1)
@@ -93,46 +94,22 @@ def _residual(p: torch.Tensor, d: torch.Tensor, q: torch.Tensor | None) -> torch
     return _guard((p - q.to(p.dtype)).clamp_min(0), p)  # [..., V]
 
 
-def _race(weights: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """Exponential race: argmax(w / E), E ~ Exp(1), samples w / sum(w) (as :func:`mmspec.sampling.sample`)."""
-    return (weights.float() / e.clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)  # [...]
-
-
 def _stop_sample(d, q, p, e, n) -> torch.Tensor:
     """S_n: a sample of norm(max(0, p_n - q_{n+1})) at each row's stop position n, or of p_K when n = K -> [B]."""
     b, k = d.shape
     rows = torch.arange(b, device=d.device)  # [B]
     p_n, e_n = p[rows, n], e[rows, n]  # [B, V], [B, V]
     if k == 0:
-        return _race(p_n, e_n)  # [B] the bonus
+        return race(p_n, e_n)  # [B] the bonus
     slot = n.clamp_max(k - 1)  # [B] draft slot n+1 (any valid slot when n = K, masked below)
     has_draft = (n < k)[:, None]  # [B, 1]
     residual = _residual(p_n, d[rows, slot], None if q is None else q[rows, slot])  # [B, V]
-    return _race(torch.where(has_draft, residual, p_n), e_n)  # [B]
-
-
-def _shift_window(samples: torch.Tensor, p: torch.Tensor, n: torch.Tensor, fresh: torch.Tensor | None) -> tuple:
-    """The next window after committing n + 1 tokens (see the module docstring).
-
-    samples [B, L] S_j per scored position, p [B, L, V], n [B], fresh [B, K] tokens for fresh slots or None
-    ("repeat": S_K) -> (tokens [B, K], probs [B, K, V]).
-    """
-    b, big_l = samples.shape
-    k = big_l - 1
-    slot = torch.arange(1, k + 1, device=samples.device)  # [K] new slot index i
-    src = slot[None, :] + n[:, None]  # [B, K] scored position j = n + i this slot inherits
-    carried = src <= k  # [B, K] slots 1..K-n
-    src = src.clamp_max(k)  # [B, K] (fresh slots: any valid index, overwritten below)
-    fresh = samples[:, k:].expand(b, k) if fresh is None else fresh  # [B, K]
-    tokens = torch.where(carried, samples.gather(1, src), fresh)  # [B, K]
-    probs = p.gather(1, src[..., None].expand(b, k, p.shape[-1])).masked_fill(~carried[..., None], 0)  # [B, K, V]
-    probs.scatter_add_(-1, fresh[..., None], (~carried[..., None]).to(p.dtype))  # [B, K, V] one-hot on fresh slots
-    return tokens, probs
+    return race(torch.where(has_draft, residual, p_n), e_n)  # [B]
 
 
 def _step(n: torch.Tensor, samples: torch.Tensor, p: torch.Tensor, fresh: torch.Tensor | None) -> JacobiStep:
     next_tokens = samples.gather(1, n[:, None]).squeeze(1)  # [B] S_n
-    return JacobiStep(n, next_tokens, *_shift_window(samples, p, n, fresh))
+    return JacobiStep(n, next_tokens, *shift_window(samples, p, n, fresh))
 
 
 def _with_bonus(d: torch.Tensor, bonus: torch.Tensor) -> torch.Tensor:
@@ -159,7 +136,7 @@ def sjd_rule(d, q, p, u, e, fresh=None, reuse: float | None = None) -> JacobiSte
     """
     n = first_rejection(_accept_test(d, q, p, u))  # [B]
     j = torch.arange(p.shape[1], device=p.device)[None, :]  # [1, L]
-    samples = torch.where(j < n[:, None], _with_bonus(d, n), _race(p, e))  # [B, L] d before n, samples of p after
+    samples = torch.where(j < n[:, None], _with_bonus(d, n), race(p, e))  # [B, L] d before n, samples of p after
     samples = torch.where(j == n[:, None], _stop_sample(d, q, p, e, n)[:, None], samples)  # [B, L] S_n
     if reuse is None:
         return _step(n, samples, p, fresh)
@@ -183,8 +160,8 @@ def mc_sjd_rule(d, q, p, u, e, fresh=None) -> JacobiStep:
     k = d.shape[1]
     accept = _accept_test(d, q, p, u)  # [B, K]
     n = first_rejection(accept)  # [B]
-    resampled = _race(_residual(p[:, :k], d, q), e[:, :k])  # [B, K] residual samples of every draft slot
-    bonus = _race(p[:, k], e[:, k])  # [B] S_K: a sample of p_K (no draft there)
+    resampled = race(_residual(p[:, :k], d, q), e[:, :k])  # [B, K] residual samples of every draft slot
+    bonus = race(p[:, k], e[:, k])  # [B] S_K: a sample of p_K (no draft there)
     samples = _with_bonus(torch.where(accept, d, resampled), bonus)  # [B, L]
     return _step(n, samples, p, fresh)
 
@@ -365,62 +342,13 @@ def _inputs(proposal: Proposal, scores: TargetScores):
 
 
 def _slot_positions(proposal: Proposal, b: int, k: int, device) -> torch.Tensor:
-    """Absolute positions of the scored slots t+1..t+K+1 -> int64 [B, K+1]."""
-    meta = proposal.meta
-    step = torch.arange(k + 1, device=device)  # [L]
-    if "positions" in meta and k > 0:
-        pos = torch.as_tensor(meta["positions"], device=device).to(torch.int64).expand(b, k)  # [B, K]
-        return torch.cat([pos, pos[:, -1:] + 1], dim=1)  # [B, L]
-    if "pending_positions" in meta:
-        pending = torch.as_tensor(meta["pending_positions"], device=device).to(torch.int64).reshape(-1, 1)  # [B, 1]
-        return (pending + 1 + step).expand(b, k + 1)  # [B, L]
-    if "positions" in meta:
-        raise ValueError("proposal.meta: with K = 0 drafts, 'positions' is empty; pass 'pending_positions' [B] instead")
-    return step.expand(b, k + 1)  # [B, L] default: drafts at 0..K-1, bonus at K
-
-
-def _fresh_random(b: int, k: int, vocab: int, device, generator) -> torch.Tensor:
-    return torch.randint(vocab, (b, k), device=device, generator=generator)  # [B, K]
-
-
-def _fresh_repeat(b: int, k: int, vocab: int, device, generator) -> None:
-    return None  # the core copies S_K into the fresh slots
-
-
-_FRESH_INIT: dict[str, Callable] = {"random": _fresh_random, "repeat": _fresh_repeat}
-
-
-def _check_init(init) -> str:
-    if not isinstance(init, str) or init not in _FRESH_INIT:
-        raise ValueError(f"init: expected one of {sorted(_FRESH_INIT)} (how fresh window slots are filled), got {init!r}")
-    return init
-
-
-def initial_window(init: str, pending: torch.Tensor, k: int, vocab: int, generator=None) -> tuple:
-    """The first window after the pending tokens ``pending [B]``: K fresh slots with one-hot proposals.
-
-    ``init`` "random": uniform tokens; "repeat": copies of the pending token (spatial prior: the left neighbour).
-    -> (tokens [B, K] int64, probs [B, K, V])."""
-    _check_init(init)
-    b = pending.shape[0]
-    if init == "random":
-        tokens = _fresh_random(b, k, vocab, pending.device, generator)  # [B, K]
-    else:
-        tokens = pending[:, None].expand(b, k).clone()  # [B, K]
-    return tokens, F.one_hot(tokens, vocab).float()
-
-
-def resample_window(p: torch.Tensor, n: torch.Tensor, init: str, generator=None) -> tuple:
-    """SJD's re-initialisation as a window: after committing ``n [B]`` drafts plus one token, the next window's
-    carried slots take fresh samples of this pass's ``p [B, K+1, V]`` (proposal p), the rest are fresh (one-hot).
-
-    The Jacobi loop uses it for verifiers that return no window (LANTERN, GSD with Jacobi drafts) and for rows that
-    accepted more than the batch commits (any draft with its true law is a valid next draft).
-    -> (tokens [B, K], probs [B, K, V])."""
-    b, big_l, v = p.shape
-    e = torch.empty(p.shape, dtype=torch.float32, device=p.device).exponential_(generator=generator)  # [B, L, V]
-    fresh = _FRESH_INIT[_check_init(init)](b, big_l - 1, v, p.device, generator)  # [B, K] | None
-    return _shift_window(_race(p, e), p, n, fresh)
+    """Positions of the scored slots (drafts, then the bonus) among the generated tokens: pending_position + 1 ..
+    + K + 1 -> int64 [B, K+1] (no pending_position: the pending token sits at -1 in every row)."""
+    step = torch.arange(1, k + 2, device=device)  # [L]
+    if proposal.pending_position is None:
+        return (step - 1).expand(b, k + 1)  # [B, L] drafts at 0..K-1, the bonus at K (the pending token at -1)
+    pending = torch.as_tensor(proposal.pending_position, device=device).to(torch.int64).reshape(-1, 1)  # [B, 1]
+    return (pending + step).expand(b, k + 1)  # [B, L]
 
 
 class _JacobiVerifier(Verifier):
@@ -429,10 +357,10 @@ class _JacobiVerifier(Verifier):
     lossless = True
     needs_probs = True
     domain = "jacobi"
-    keeps_window = True  # the verdict carries the next window (extras); the Jacobi loop uses it as it is
+    samples_first_token = True  # the loop asks the rule for the first token too (Gumbel: its fixed noise there)
 
     def __init__(self, init: str = "random"):
-        self.init = _check_init(init)
+        self.init = check_init(init)
 
     def _noise(self, proposal: Proposal, p: torch.Tensor, positions: torch.Tensor, generator) -> tuple:
         raise NotImplementedError  # each rule draws its own randomness
@@ -445,11 +373,10 @@ class _JacobiVerifier(Verifier):
         b, k = d.shape
         positions = _slot_positions(proposal, b, k, d.device)  # [B, K+1]
         noise = self._noise(proposal, p, positions, generator)
-        fresh = _FRESH_INIT[self.init](b, k, p.shape[-1], d.device, generator)  # [B, K] | None
+        fresh = FRESH_INIT[self.init](b, k, p.shape[-1], d.device, generator)  # [B, K] | None
         step = self._rule(d, q, p, *noise, fresh)
-        extras = {"next_tokens_window": step.window_tokens, "next_probs_window": step.window_probs,
-                  "next_positions_window": positions[:, :k] + step.num_accepted[:, None] + 1}  # fmt: skip
-        return Verdict(num_accepted=step.num_accepted, next_tokens=step.next_tokens, extras=extras)
+        return Verdict(num_accepted=step.num_accepted, next_tokens=step.next_tokens,
+                       next_window=Window(step.window_tokens, step.window_probs))  # fmt: skip
 
 
 def _uniforms_and_exponentials(b: int, k: int, p: torch.Tensor, generator) -> tuple:
@@ -504,7 +431,7 @@ class MCSJDVerifier(_JacobiVerifier):
 class GumbelSJDVerifier(_JacobiVerifier):
     """Gumbel-coupled SJD: every scored position a is sampled as argmax_v(log p(v) + g_a(v)) with Gumbel noise g_a
     fixed per (``seed``, row key, absolute position a) (:func:`gumbel_noise`; row keys from
-    ``proposal.meta["noise_keys"]``, default arange(B), positions from ``meta["positions"]``); a draft is accepted
+    ``proposal.noise_keys``, default arange(B), positions from ``proposal.pending_position``); a draft is accepted
     iff it equals that sample, and the first mismatch's sample is committed.
 
     Why it is exact: let y be the sequence sampled *sequentially* with the same noise, y_a = argmax(log p(. | y_<a)
@@ -535,7 +462,7 @@ class GumbelSJDVerifier(_JacobiVerifier):
 
     def _noise(self, proposal, p, positions, generator):
         b = p.shape[0]
-        keys = proposal.meta.get("noise_keys")
+        keys = proposal.noise_keys
         keys = torch.arange(b, device=p.device) if keys is None else torch.as_tensor(keys, device=p.device).expand(b)  # [B]
         return (gumbel_noise(self.seed, keys, positions, p.shape[-1]),)  # ([B, K+1, V],)
 

@@ -2,7 +2,7 @@
 (diffusion) per method and seed. ``python -m tests.helpers.golden OUT.json`` records them; tests/test_golden.py
 compares the current code against the file recorded at commit 36b3cb6 (before the one-loop refactor).
 
-Only public, long-standing APIs are used here, so the same script runs on the old and the new tree.
+The cases use public APIs; the recording at 36b3cb6 used the paths of that tree (see the golden file's commit).
 """
 
 from __future__ import annotations
@@ -77,16 +77,76 @@ def video_cases():
     return cases
 
 
-def image_ar_cases():
+# Image-AR methods with the small AR drafter ran, before the one-loop refactor, in a Jacobi loop that drew an
+# initial window of uniform codes (torch.randint, [B, K]) right after the first token although a drafter, not the
+# window, drafted: one wasted draw that shifted the random stream. The one loop no longer makes it. To show that the
+# loop is otherwise the same, these cases reproduce that draw with a test-only drafter wrapper (LegacyWindowDraw).
+LEGACY_WINDOW_DRAW = ("speculative", "lantern")
+
+
+def _legacy_drafter_run(spec, method: str, seed: int):
+    from mmspec import IMAGE_AR_METHODS, ModelDrafter, SpecConfig, SpeculativeEngine
+
+    entry = IMAGE_AR_METHODS.get(method)
+    prefix = spec.prefix_ids(CONDITIONS)
+    params = entry.params(spec, {}) if entry.params else {}
+    cfg = SpecConfig(num_draft_tokens=entry.num_draft_tokens, verifier=entry.verifier, verifier_params=params,
+                     temperature=1.0, max_new_tokens=spec.grid[0] * spec.grid[1], rows="independent", fixed_length=True)
+    drafter = _legacy_wrapper()(ModelDrafter(spec.guided(spec.drafter, spec.cfg_scale)), entry.num_draft_tokens,
+                               spec.codebook_size)  # fmt: skip
+    engine = SpeculativeEngine(spec.guided(spec.target, spec.cfg_scale), drafter, cfg, vocab_size=spec.codebook_size)
+    return engine.generate(prefix, generator=torch.Generator().manual_seed(seed)).new_tokens.tolist()
+
+
+def image_ar_cases(legacy: bool = True):
     from mmspec import IMAGE_AR_METHODS, zoo
 
     spec = zoo.load("shapes-t2i").speculator()
     cases = {}
     for method in IMAGE_AR_METHODS.names():
         for seed in (0, 1):
-            cases[f"image-ar/{method}/seed{seed}"] = lambda method=method, seed=seed: spec.generate(
-                CONDITIONS, method=method, seed=seed, decode=False).codes.tolist()
+            if legacy and method in LEGACY_WINDOW_DRAW:
+                cases[f"image-ar/{method}/seed{seed}"] = lambda method=method, seed=seed: _legacy_drafter_run(spec, method, seed)
+            else:
+                cases[f"image-ar/{method}/seed{seed}"] = lambda method=method, seed=seed: spec.generate(
+                    CONDITIONS, method=method, seed=seed, decode=False).codes.tolist()
     return cases
+
+
+def _legacy_wrapper():
+    from mmspec.drafters.base import Drafter, DraftSession
+
+    class LegacyWindowDraw(Drafter):
+        """Wraps a drafter; before its first drafts, draws the old loop's unused window (see LEGACY_WINDOW_DRAW)."""
+
+        def __init__(self, inner, k: int, vocab: int):
+            self.inner, self.k, self.vocab = inner, k, vocab
+
+        def check_compatible(self, target, vocab_size):
+            self.inner.check_compatible(target, vocab_size)
+
+        def start(self, request):
+            inner, outer = self.inner.start(request), self
+
+            class Session(DraftSession):
+                drew = False
+
+                @property
+                def forwards(self):
+                    return inner.forwards
+
+                def propose(self, pending, k, generator=None, stop_below=None):
+                    if not self.drew:
+                        torch.randint(outer.vocab, (pending.shape[0], outer.k), device=pending.device, generator=generator)
+                        self.drew = True
+                    return inner.propose(pending, k, generator, stop_below)
+
+                def accept(self, commit):
+                    inner.accept(commit)
+
+            return Session()
+
+    return LegacyWindowDraw
 
 
 def diffusion_cases():
@@ -100,6 +160,12 @@ def diffusion_cases():
             cases[f"diffusion/{method}/seed{seed}"] = lambda method=method, seed=seed: _sha(
                 spec.generate(CONDITIONS, method=method, seed=seed, num_inference_steps=20, decode=False).samples)
     return cases
+
+
+def __getattr__(name):  # LegacyWindowDraw is built lazily (it needs mmspec's drafter base class)
+    if name == "LegacyWindowDraw":
+        return _legacy_wrapper()
+    raise AttributeError(name)
 
 
 def all_cases() -> dict:
