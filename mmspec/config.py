@@ -27,9 +27,10 @@ class SpecConfig:
     tree: tuple[int, ...] | None = None  # token tree: children per depth, e.g. (3, 2, 1); None = a chain
     eos_token_id: int | list[int] | None = None
     seed: int | None = None
-    # batches: "aligned" commits the same n + 1 tokens on every row (n = the smallest accepted length); "independent"
-    # commits each row's own accepted drafts + 1 (chains), so one row's early rejection no longer holds back the others
-    rows: str = "aligned"
+    # batches: "independent" commits each row's own accepted drafts + 1, so one row's early rejection no longer holds
+    # back the others; "aligned" (lock-step) commits the same n + 1 on every row (n = the smallest accepted length).
+    # None: independent for chains, aligned for token trees (they commit in lock-step)
+    rows: str | None = None
     # exactly max_new_tokens per row, EOS ignored (image codes): drafts may fill the last position, a bonus past it
     # is dropped
     fixed_length: bool = False
@@ -52,6 +53,8 @@ class SpecConfig:
         eos = self.eos_ids
         if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in eos):
             raise ValueError(f"eos_token_id: expected a token id (int >= 0), a list of them, or None, got {self.eos_token_id!r}")
+        if self.rows is None:
+            object.__setattr__(self, "rows", "aligned" if self.tree is not None else "independent")
         if self.rows not in ROW_COMMITS:
             raise ValueError(f"rows: expected one of {list(ROW_COMMITS)}, got {self.rows!r}")
         if self.rows == "independent" and self.tree is not None:

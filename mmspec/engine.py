@@ -162,12 +162,10 @@ class SpeculativeEngine:
             done, slowest = torch.stack([finished.all().long(), n_new.masked_fill(finished, big_t).min()]).tolist()
             if done:
                 break
-            # propose: K drafts after x_t, never more than still fit before max_new_tokens (fixed length: drafts may
-            # fill the last position; rows committing independently take the slowest row's room and the others
-            # overshoot, trimmed at the end)
+            # propose: K drafts after x_t, never more than still fit before max_new_tokens for the least advanced
+            # running row (fixed length: drafts may fill the last position); rows further on overshoot, trimmed at the end
             t0 = time.perf_counter()
             room = big_t - slowest - (0 if cfg.fixed_length else 1)
-            room = max(room, 1) if per_row else room
             draft_forwards_before = session.forwards
             if tree is not None and tree.depth <= room:
                 proposal = session.propose_tree(x_t, tree, generator)
@@ -194,7 +192,10 @@ class SpeculativeEngine:
                 d = d.gather(1, path.clamp_min(0))  # [B, depth] tokens along each row's path
             d_ext = torch.cat([d, verdict.next_tokens[:, None]], dim=1)  # [B, K+1]
             if per_row:
-                uniform, n_b = None, accepted.masked_fill(finished, 0)  # [B]
+                n_b = accepted.masked_fill(finished, 0)  # [B]
+                # every row keeping the same count: the commit is a crop, exactly as in lock-step
+                lo, hi = torch.stack([n_b.min(), n_b.max()]).tolist()
+                uniform = lo if lo == hi else None
             else:
                 uniform = int(accepted.masked_fill(finished, d_ext.shape[1]).min())
                 n_b = torch.full_like(accepted, uniform)  # [B]
@@ -203,8 +204,9 @@ class SpeculativeEngine:
             if path is not None:
                 target.commit(torch.cat([torch.zeros_like(path[:, :1]), path[:, :uniform] + 1], dim=1))  # x_t + path
             else:
-                # x_t + accepted drafts (per row: finished rows keep nothing, their filler stays a hole)
-                target.commit(1 + uniform if uniform is not None else (1 + n_b).masked_fill(finished, 0), compact=compact)
+                # x_t + accepted drafts (finished rows: their filler token, which keeps every cache in step with the
+                # drafter sessions at no cost to the other rows)
+                target.commit(1 + uniform if uniform is not None else 1 + n_b, compact=compact)
             session.accept(Commit(n_b, emitted, uniform, None if path is None else path[:, :uniform], verdict, scores))
             slot = torch.arange(d_ext.shape[1], device=device)  # [K+1]
             new = (slot <= n_b[:, None]) & ~finished[:, None] & (n_new[:, None] + slot < big_t)  # [B, K+1] real entries
@@ -222,10 +224,12 @@ class SpeculativeEngine:
         # each row's tokens in order (rows emitted different counts per round), then padding
         tokens, real = torch.cat(generated, dim=1), torch.cat(emitted_mask, dim=1)  # [B, W]
         order = torch.sort((~real).long(), dim=1, stable=True).indices  # [B, W]
-        width = int(real.sum(1).max())
+        row_tokens = real.sum(1)  # [B]
+        width = int(row_tokens.max())
         tokens = tokens.gather(1, order).masked_fill(~real.gather(1, order), self.pad_token_id)[:, :width]
         new_tokens = trim_after_eos(tokens, eos, self.pad_token_id)
         _round_stats(stats, log)
+        stats.row_tokens = row_tokens.tolist()
         stats.target_forwards = target.forwards
         stats.draft_forwards = session.forwards
         stats.new_tokens = new_tokens.shape[1]

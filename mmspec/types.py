@@ -98,9 +98,46 @@ class RoundStats:
     verify_seconds: float
 
 
+class Stats:
+    """The vocabulary every output's statistics share (Spec-Bench terms), whatever the modality:
+
+    - ``num_rounds``: verification rounds (diffusion: sequential batched target calls);
+    - ``target_forwards``: sequential target calls, the prefill included (diffusion: the rounds);
+    - ``mean_accepted_tokens``: units committed per row per round, the bonus / correction included (tokens; diffusion:
+      sampler steps); plain decoding = 1.00;
+    - ``compression``: units per target call a row needed, averaged over rows (plain = 1.00; image tokens per call of
+      an image, sampler steps per call of a sample); ``batch_compression``: the same for the batch, which runs until
+      its slowest row is done;
+    - ``total_seconds``: wall time.
+    """
+
+    total_seconds: float = 0.0
+
+    @property
+    def num_rounds(self) -> int:
+        raise NotImplementedError  # each statistics class counts its own
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def compression(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def batch_compression(self) -> float:
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        return {"rounds": self.num_rounds, "target_forwards": self.target_forwards,
+                "mean_accepted_tokens": round(self.mean_accepted_tokens, 3), "compression": round(self.compression, 3),
+                "batch_compression": round(self.batch_compression, 3), "total_seconds": round(self.total_seconds, 4)}  # fmt: skip
+
+
 @dataclass
-class SpecStats:
-    """Statistics of one speculative generation; mean_accepted_tokens follows Spec-Bench (bonus counted)."""
+class SpecStats(Stats):
+    """Statistics of one token generation (see :class:`Stats`); ``rounds`` holds each verification round."""
 
     rounds: list[RoundStats] = field(default_factory=list)
     target_forwards: int = 0  # including the prefill
@@ -109,8 +146,13 @@ class SpecStats:
     draft_prefill_seconds: float = 0.0  # the drafter's set-up alone (its prefill, compression, KV views)
     total_seconds: float = 0.0
     new_tokens: int = 0  # tokens generated per row (max over rows, before EOS trimming)
-    row_forwards: list[int] = field(default_factory=list)  # per row, target forwards it needed when rows advance
-    # independently (Jacobi loop; prefill included); empty = every row needed target_forwards
+    row_forwards: list[int] = field(default_factory=list)  # per row, the target forwards it took part in (prefill
+    # included); empty = every row needed target_forwards
+    row_tokens: list[int] = field(default_factory=list)  # per row, tokens generated (empty = new_tokens each)
+
+    @property
+    def num_rounds(self) -> int:
+        return len(self.rounds)
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -124,18 +166,20 @@ class SpecStats:
         proposed = sum(r.draft_len for r in self.rounds)
         return sum(r.committed - 1 for r in self.rounds) / proposed if proposed else 0.0
 
+    @property
+    def compression(self) -> float:
+        forwards = self.row_forwards or [self.target_forwards]
+        tokens = self.row_tokens or [self.new_tokens] * len(forwards)
+        return sum(tokens) / max(1, sum(forwards))
+
+    @property
+    def batch_compression(self) -> float:
+        return max(self.row_tokens or [self.new_tokens]) / max(1, self.target_forwards)
+
     def summary(self) -> dict:
-        return {
-            "rounds": len(self.rounds),
-            "target_forwards": self.target_forwards,
-            "draft_forwards": self.draft_forwards,
-            "mean_accepted_tokens": round(self.mean_accepted_tokens, 3),
-            "acceptance_rate": round(self.acceptance_rate, 3),
-            "new_tokens": self.new_tokens,
-            "prefill_seconds": round(self.prefill_seconds, 4),
-            "draft_prefill_seconds": round(self.draft_prefill_seconds, 4),
-            "total_seconds": round(self.total_seconds, 4),
-        }
+        return {**super().summary(), "draft_forwards": self.draft_forwards, "acceptance_rate": round(self.acceptance_rate, 3),
+                "new_tokens": self.new_tokens, "prefill_seconds": round(self.prefill_seconds, 4),
+                "draft_prefill_seconds": round(self.draft_prefill_seconds, 4)}  # fmt: skip
 
 
 @dataclass

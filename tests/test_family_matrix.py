@@ -105,9 +105,7 @@ class Case:
 
     def run(self, drafter, new: int, eos, **cfg):
         if self.vlm:
-            self.spec.engine.drafter = drafter
-            drafter.check_compatible(self.target, self.spec.engine.vocab_size)
-            return self.spec._decode(dict(self.enc), new, None, dict(eos_token_id=eos, **cfg)).sequences
+            return self.spec._decode(dict(self.enc), new, None, dict(eos_token_id=eos, **cfg), drafter).sequences
         config = SpecConfig(max_new_tokens=new, eos_token_id=eos, **cfg)
         engine = SpeculativeEngine(self.target, drafter, config, pad_token_id=self.pad)
         return engine.generate(self.enc["input_ids"], self.enc["attention_mask"]).sequences

@@ -162,15 +162,13 @@ class ImageAROutput:
 
     @property
     def step_compression(self) -> float:
-        """Tokens per sequential target call of an image (plain AR = 1.0): h*w / the target forwards its row needed
-        (prefill included; averaged over rows as total tokens / total row forwards). A batch runs until its slowest
-        row is done: ``batch_step_compression`` is h*w / the batch's forwards."""
-        forwards = self.stats.row_forwards or [self.stats.target_forwards] * self.codes.shape[0]
-        return self.codes.shape[1] * len(forwards) / max(1, sum(forwards))
+        """Tokens per sequential target call of an image (plain AR = 1.0): ``stats.compression``."""
+        return self.stats.compression
 
     @property
     def batch_step_compression(self) -> float:
-        return self.codes.shape[1] / max(1, self.stats.target_forwards)
+        """Tokens per target call of the batch (the slowest row decides): ``stats.batch_compression``."""
+        return self.stats.batch_compression
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,7 @@ class VideoSpeculator(VLMSpeculator):
         return on_target(self.target, model_inputs(self.target, enc))
 
     def generate(self, video, prompt, *, num_frames: int | None = None, max_new_tokens: int = 32, generator=None,
-                 **overrides) -> VLMOutput:  # fmt: skip
-        """Caption / answer: ``video`` a clip (path, frames array or list of frames) or a list of clips."""
-        return self._decode(self.prepare(video, prompt, num_frames), max_new_tokens, generator, overrides)
+                 drafter=None, **overrides) -> VLMOutput:  # fmt: skip
+        """Caption / answer: ``video`` a clip (path, frames array or list of frames) or a list of clips; the other
+        arguments as :meth:`VLMSpeculator.generate`."""
+        return self._decode(self.prepare(video, prompt, num_frames), max_new_tokens, generator, overrides, drafter)

@@ -95,10 +95,11 @@ class VLMSpeculator:
         tok = processor.tokenizer
         self.image_token = getattr(processor, "image_token", None) or "<image>"  # what a prompt writes per image
         placeholder_ids = placeholder_token_ids(target, processor)
-        self.config = SpecConfig(num_draft_tokens=num_draft_tokens, verifier=verifier,
-                                 eos_token_id=tok.eos_token_id, **config_kwargs)  # fmt: skip
-        self.engine = SpeculativeEngine(target, as_drafter(drafter), self.config, placeholder_ids=placeholder_ids,
-                                        pad_token_id=tok.pad_token_id, vocab_size=len(tok))  # fmt: skip
+        self._config_kwargs = dict(num_draft_tokens=num_draft_tokens, verifier=verifier, eos_token_id=tok.eos_token_id,
+                                   **config_kwargs)  # fmt: skip
+        self.config = SpecConfig(**self._config_kwargs)
+        self._engine_kwargs = dict(placeholder_ids=placeholder_ids, pad_token_id=tok.pad_token_id, vocab_size=len(tok))
+        self.engine = SpeculativeEngine(target, as_drafter(drafter), self.config, **self._engine_kwargs)
 
     def prepare(self, images, prompts) -> dict:
         """Processor inputs for a batch; one image per prompt; prompts get the image placeholder if missing."""
@@ -116,18 +117,19 @@ class VLMSpeculator:
         return on_target(self.target, model_inputs(self.target, enc))
 
     def generate(self, image, prompt, *, max_new_tokens: int = 32, generator: torch.Generator | None = None,
-                 **overrides) -> VLMOutput:  # fmt: skip
+                 drafter=None, **overrides) -> VLMOutput:  # fmt: skip
         """Caption / answer: ``image`` a PIL image (or list), ``prompt`` a str (or list).
 
-        ``overrides`` are SpecConfig fields for this call: num_draft_tokens, temperature, top_k, top_p, seed,
-        verifier, draft_length_policy, ...
+        ``drafter``: another drafter for this call (default: the speculator's). ``overrides`` are SpecConfig fields for
+        this call: num_draft_tokens, verifier, temperature, top_k, top_p, seed, rows, tree, draft_length_policy, ...
         """
-        return self._decode(self.prepare(image, prompt), max_new_tokens, generator, overrides)
+        return self._decode(self.prepare(image, prompt), max_new_tokens, generator, overrides, drafter)
 
-    def _decode(self, enc: dict, max_new_tokens: int, generator, overrides: dict) -> VLMOutput:
+    def _decode(self, enc: dict, max_new_tokens: int, generator, overrides: dict, drafter=None) -> VLMOutput:
         """Run the engine on processor outputs ``enc`` with this call's config overrides; decode the new text."""
-        cfg = SpecConfig(**{**self.config.__dict__, "max_new_tokens": max_new_tokens, **overrides})
+        cfg = SpecConfig(**{**self._config_kwargs, "max_new_tokens": max_new_tokens, **overrides})
+        engine = self.engine if drafter is None else SpeculativeEngine(self.target, as_drafter(drafter), cfg, **self._engine_kwargs)
         ids, mask = enc.pop("input_ids"), enc.pop("attention_mask")
-        out = self.engine.generate(ids, mask, config=cfg, generator=generator, **enc)
+        out = engine.generate(ids, mask, config=cfg, generator=generator, **enc)
         texts = self.processor.tokenizer.batch_decode(out.new_tokens, skip_special_tokens=True)
         return VLMOutput([t.strip() for t in texts], out.sequences, out.new_tokens, out.stats)

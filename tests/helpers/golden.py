@@ -43,7 +43,7 @@ def vlm_cases():
     }  # fmt: skip
     cases = {}
     for name, d in drafters.items():
-        spec = VLMSpeculator(m.target, m.processor, drafter=d, num_draft_tokens=4)
+        spec = VLMSpeculator(m.target, m.processor, drafter=d, num_draft_tokens=4, rows="aligned")  # the default then
         cases[f"vlm/{name}/greedy"] = lambda spec=spec: _ids(spec.generate(images, "caption :", max_new_tokens=32))
         if name in ("small-vlm", "eagle", "text-only"):
             cases[f"vlm/{name}/sampled"] = lambda spec=spec: _ids(spec.generate(images, "caption :", max_new_tokens=32,
@@ -69,7 +69,7 @@ def video_cases():
                 "adaptor": CompressedVLMDrafter(v.drafter_adaptor, v.adaptor, budget=16)}  # fmt: skip
     cases = {}
     for name, d in drafters.items():
-        spec = VideoSpeculator(v.target, v.processor, drafter=d, num_draft_tokens=5)
+        spec = VideoSpeculator(v.target, v.processor, drafter=d, num_draft_tokens=5, rows="aligned")  # the default then
         cases[f"video/{name}/greedy"] = lambda spec=spec: _ids(spec.generate(clips, "caption :", max_new_tokens=24))
         if name in ("small-vlm", "eagle"):
             cases[f"video/{name}/sampled"] = lambda spec=spec: _ids(spec.generate(clips, "caption :", max_new_tokens=24,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...registry import Registry
+from ...types import Stats
 from ...verifiers import VERIFIERS
 from ...verifiers.continuous import GaussianProposal, GaussianScores
 from .gaussian import GaussianKernel
@@ -21,8 +22,9 @@ from .models import Denoiser
 
 
 @dataclass
-class DiffusionStats:
-    """What one sampling run cost. ``rounds`` is the number of sequential batched target calls."""
+class DiffusionStats(Stats):
+    """What one sampling run cost (see :class:`~mmspec.types.Stats`; the units are sampler steps). ``rounds`` is the
+    number of sequential batched target calls."""
 
     steps: int  # sampler steps N
     rounds: int = 0  # sequential target calls (plain sampling: N)
@@ -31,23 +33,43 @@ class DiffusionStats:
     drafted: int = 0  # drafted stochastic steps (speculative) or forecast checks (gating), summed over rows
     accepted: int = 0  # of those, accepted by the verifier
     row_rounds: list[int] = field(default_factory=list)  # per sample: rounds in which it was evaluated
-    seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def num_rounds(self) -> int:
+        return self.rounds
+
+    @property
+    def target_forwards(self) -> int:
+        return self.rounds
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """Sampler steps per sequential target call of the batch (plain sampling = 1.00)."""
+        return self.steps / max(self.rounds, 1)
+
+    @property
+    def compression(self) -> float:
+        """Sampler steps per target call a sample needed, averaged over samples."""
+        rows = self.row_rounds or [self.rounds]
+        return self.steps * len(rows) / max(1, sum(rows))
+
+    @property
+    def batch_compression(self) -> float:
+        return self.mean_accepted_tokens
 
     @property
     def round_compression(self) -> float:
-        """Sampler steps per sequential target call (plain sampling = 1.00)."""
-        return self.steps / max(self.rounds, 1)
+        """Sampler steps per sequential target call (plain sampling = 1.00): ``batch_compression``."""
+        return self.batch_compression
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     def summary(self) -> dict:
-        rows = self.row_rounds or [self.rounds]
-        return {"steps": self.steps, "rounds": self.rounds, "round_compression": round(self.round_compression, 3),
-                "mean_row_rounds": round(sum(rows) / len(rows), 2), "target_rows": self.target_rows,
-                "head_rows": self.head_rows, "acceptance_rate": round(self.acceptance_rate, 4),
-                "seconds": round(self.seconds, 4)}  # fmt: skip
+        return {**super().summary(), "steps": self.steps, "target_rows": self.target_rows, "head_rows": self.head_rows,
+                "acceptance_rate": round(self.acceptance_rate, 4)}  # fmt: skip
 
 
 @dataclass
@@ -101,6 +123,7 @@ class DiffusionMethod:
     lossless: bool = True
     needs_stochastic: bool = False  # refuses deterministic kernels (σ = 0)
     params: tuple[str, ...] = ()  # the keyword parameters ``run`` accepts
+    draft_length: str | None = None  # which of them counts the steps drafted ahead (``num_draft_tokens`` sets it)
 
     def run(self, ctx: SampleContext, x: torch.Tensor, **params):
         raise NotImplementedError  # abstract
@@ -208,6 +231,7 @@ class SpeculativeSampling(DiffusionMethod):
     lossless = True
     needs_stochastic = True
     params = ("lookahead", "draft", "verifier", "verifier_params")
+    draft_length = "lookahead"
     draft_rule = "frozen-drift"
 
     def run(self, ctx, x, lookahead: int = 4, draft: str | None = None, verifier="reflection-coupling",
@@ -323,6 +347,7 @@ class PicardSampling(DiffusionMethod):
 
     lossless = False
     params = ("window", "tolerance")
+    draft_length = "window"
 
     def run(self, ctx, x, window: int = 8, tolerance: float = 0.1):
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:

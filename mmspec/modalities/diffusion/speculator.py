@@ -99,15 +99,27 @@ class DiffusionSpeculator:
     @torch.no_grad()
     def generate(self, conditions=None, *, batch_size: int | None = None, num_inference_steps: int = 100,
                  method: str | None = None, sampler: str | None = None, eta: float | None = None, seed: int = 0,
+                 generator: torch.Generator | None = None, num_draft_tokens: int | None = None,
                  cfg_scale: float | None = None, decode: bool = True, **params) -> DiffusionOutput:  # fmt: skip
         """Sample one state per condition (or ``batch_size`` unconditional ones).
 
-        ``params`` go to the method (speculative / asd: ``lookahead``, ``verifier``, ``verifier_params``;
-        paradigms: ``window``, ``tolerance``; speca: ``tau0``, ``beta``, ``floor``, ``order``, ``max_forecast``).
-        The same ``seed`` gives every method the same initial noise.
+        ``num_draft_tokens``: the steps drafted ahead per round (speculative / asd: ``lookahead``; paradigms: the
+        Picard ``window``; both names stay as aliases). ``params`` go to the method (speculative / asd: ``lookahead``,
+        ``draft``, ``verifier``, ``verifier_params``; paradigms: ``window``, ``tolerance``; speca: ``tau0``, ``beta``,
+        ``floor``, ``order``, ``max_forecast``). The same ``seed`` gives every method the same initial noise;
+        ``generator`` instead: the seed is drawn from it.
         """
         name = method or self.method
         impl = DIFFUSION_METHODS.get(name)()
+        if num_draft_tokens is not None:
+            if impl.draft_length is None:
+                raise ValueError(f"num_draft_tokens: method {name!r} drafts no steps ahead (it takes {list(impl.params) or 'none'})")
+            if params.get(impl.draft_length, num_draft_tokens) != num_draft_tokens:
+                raise ValueError(f"num_draft_tokens: {impl.draft_length!r} is its alias; got both ({params[impl.draft_length]} "
+                                 f"and {num_draft_tokens})")  # fmt: skip
+            params[impl.draft_length] = num_draft_tokens
+        if generator is not None:
+            seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         bad = sorted(set(params) - set(impl.params))
         if bad:
             raise ValueError(f"{bad[0]}: not a parameter of method {name!r}; it takes {list(impl.params) or 'none'}")
@@ -139,6 +151,6 @@ class DiffusionSpeculator:
         samples, stats = impl.run(ctx, x, **params)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        stats.seconds = time.perf_counter() - t0
+        stats.total_seconds = time.perf_counter() - t0
         images = to_pil(samples) if decode and samples.dim() == 4 and samples.shape[1] in (1, 3) else None
         return DiffusionOutput(samples, images, stats, name, kernel.sampler, impl.lossless)
