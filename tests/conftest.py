@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
 import torch
+
+if not torch.cuda.is_available():  # Triton kernels run in Triton's CPU interpreter (set before triton is imported)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 torch.set_num_threads(2)
 

@@ -7,6 +7,7 @@ from typing import Callable, ClassVar
 
 import torch
 
+from ..kernels.chain import first_rejection  # noqa: F401  (the rules' shared helper)
 from ..registry import Registry
 from ..types import Proposal, TargetScores, Verdict
 
@@ -81,11 +82,6 @@ def require_probs(scores: TargetScores, rule: str) -> torch.Tensor:
     if scores.probs is None:
         raise ValueError(f"scores.probs: the {rule!r} verifier needs the processed target distributions, got None")
     return scores.probs
-
-
-def first_rejection(accept: torch.Tensor) -> torch.Tensor:
-    """accept [B, K] bool -> number of leading Trues per row, int64 [B] (0..K)."""
-    return accept.to(torch.int64).cumprod(-1).sum(-1)
 
 
 @dataclass

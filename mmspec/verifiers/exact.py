@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels import greedy_chain, speculative_chain
+from ..kernels.chain import residual_weights, token_probs  # noqa: F401  (shared by the relaxed rules)
 from ..types import Proposal, TargetScores, Verdict
-from .base import VERIFIERS, BenchCase, Verifier, first_rejection
+from .base import VERIFIERS, BenchCase, Verifier
 from .tree import verify_tree_greedy, verify_tree_sampling
 
 
@@ -22,45 +24,13 @@ class GreedyVerifier(Verifier):
     def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
         if proposal.is_tree:
             return verify_tree_greedy(proposal, scores)
-        x = proposal.tokens  # [B, K]
-        k = x.shape[1]
-        target_argmax = scores.logits.argmax(-1)  # [B, K+1]
-        n = first_rejection(x == target_argmax[:, :k])  # [B]
-        next_tokens = target_argmax.gather(1, n[:, None]).squeeze(1)  # [B]
+        n, next_tokens = greedy_chain(proposal.tokens, scores.logits.argmax(-1))  # [B], [B]
         return Verdict(num_accepted=n, next_tokens=next_tokens)
 
 
 def draft_uniforms(x: torch.Tensor, generator) -> torch.Tensor:
     """One float64 uniform per draft position, [B, K] (float32 could give exactly 0)."""
     return torch.rand(x.shape, dtype=torch.float64, device=x.device, generator=generator)
-
-
-def token_probs(p: torch.Tensor, q: torch.Tensor | None, x: torch.Tensor):
-    """p(x_i), q(x_i) in float64 at each draft position -> ([B, K], [B, K]); q None = one-hot q (q(x) = 1)."""
-    k = x.shape[1]
-    p_x = p[:, :k].gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
-    q_x = torch.ones_like(p_x) if q is None else q.gather(-1, x[..., None]).squeeze(-1).double()  # [B, K]
-    return p_x, q_x
-
-
-def residual_weights(p: torch.Tensor, q: torch.Tensor | None, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """max(0, p_n - q_n) at each row's stop position n [B] -> unnormalised weights [B, V].
-
-    q None = one-hot at the draft (p with x removed). At n = K (all accepted) q = 0: the bonus is drawn from p_K.
-    A numerically empty residual falls back to p_n (never uniform, never NaN).
-    """
-    rows = torch.arange(x.shape[0], device=x.device)
-    p_n = p[rows, n]  # [B, V]
-    drafted = (n < x.shape[1])[:, None]  # [B, 1]; False at the bonus position
-    at = n.clamp(max=max(x.shape[1] - 1, 0))  # [B] (only read where drafted)
-    if x.shape[1] == 0:
-        q_n = torch.zeros_like(p_n)
-    elif q is None:
-        q_n = torch.nn.functional.one_hot(x[rows, at], p.shape[-1]).to(p.dtype) * drafted  # [B, V]
-    else:
-        q_n = q[rows, at].to(p.dtype) * drafted  # [B, V]
-    residual = (p_n - q_n).clamp_min(0)  # [B, V]
-    return torch.where(residual.sum(-1, keepdim=True) <= 1e-12, p_n, residual)
 
 
 def residual_noise(p: torch.Tensor, generator) -> torch.Tensor:
@@ -72,11 +42,11 @@ def speculative_core(x, p, q, u, e) -> Verdict:
     """Accept x_i iff u_i <= p_i(x_i)/q_i(x_i); at the first rejection sample norm(max(0, p - q)).
 
     x [B, K]; p [B, K+1, V]; q [B, K, V] or None (one-hot q: accept with probability p(x_i), on rejection sample
-    p with x_i removed); u [B, K] uniforms; e [B, V] Exp(1) noise for the exponential-race residual sample.
+    p with x_i removed); u [B, K] uniforms; e [B, V] Exp(1) noise for the exponential-race residual sample. Runs
+    :func:`mmspec.kernels.speculative_chain` (the Triton kernel on CUDA, else its torch reference).
     """
-    p_x, q_x = token_probs(p, q, x)  # [B, K]
-    n = first_rejection(u * q_x <= p_x)  # [B]; u <= p/q without dividing by q = 0
-    return Verdict(num_accepted=n, next_tokens=(residual_weights(p, q, x, n).float() / e).argmax(-1))
+    n, next_tokens = speculative_chain(x, p, q, u, e)
+    return Verdict(num_accepted=n, next_tokens=next_tokens)
 
 
 def _residual_rule(proposal: Proposal, scores: TargetScores, generator, q: torch.Tensor | None) -> Verdict:
