@@ -155,7 +155,7 @@ class SpeculativeEngine:
         emitted_mask = [torch.ones_like(x_t[:, None], dtype=torch.bool)]  # per round: [B, K+1] real entries
         n_new = torch.ones_like(x_t)  # [B] tokens generated per row
         finished = torch.isin(x_t, eos) | (n_new >= big_t)  # [B]: EOS emitted or max_new_tokens reached
-        log = []  # per round: (k, accepted [B], emitted counts [B], running [B], draft forwards, seconds, seconds)
+        log = []  # per round: k, accepted [B], emitted [B], running [B], draft forwards, draft / verify / overhead seconds
 
         while True:
             # one host synchronisation per round: are all rows done, and how far is the slowest running row
@@ -167,6 +167,7 @@ class SpeculativeEngine:
             t0 = time.perf_counter()
             room = big_t - slowest - (0 if cfg.fixed_length else 1)
             draft_forwards_before = session.forwards
+            model_seconds_before = target.forward_seconds + session.forward_seconds
             if tree is not None and tree.depth <= room:
                 proposal = session.propose_tree(x_t, tree, generator)
             else:
@@ -212,8 +213,10 @@ class SpeculativeEngine:
             new = (slot <= n_b[:, None]) & ~finished[:, None] & (n_new[:, None] + slot < big_t)  # [B, K+1] real entries
             generated.append(emitted.masked_fill(~new, self.pad_token_id))
             emitted_mask.append(new)
-            log.append((k, accepted, new.sum(1), ~finished, session.forwards - draft_forwards_before, t1 - t0,
-                        time.perf_counter() - t1))  # fmt: skip
+            t2 = time.perf_counter()
+            overhead = t2 - t0 - (target.forward_seconds + session.forward_seconds - model_seconds_before)
+            log.append((k, accepted, new.sum(1), ~finished, session.forwards - draft_forwards_before, t1 - t0, t2 - t1,
+                        overhead))  # fmt: skip
             if policy.adaptive:
                 policy.update(k, uniform if uniform is not None else int(n_b.masked_fill(finished, k).min()))
             x_t = last.masked_fill(finished, self.pad_token_id)
@@ -248,8 +251,8 @@ def _round_stats(stats: SpecStats, log: list) -> None:
     committed = (counts * running).sum(1).double() / running.sum(1).clamp_min(1)  # [R] per running row
     row_forwards = 1 + running.long().sum(0)  # [B] prefill + the rounds each row took part in
     accepted, committed, row_forwards = accepted.tolist(), committed.tolist(), row_forwards.tolist()
-    stats.rounds = [RoundStats(k, acc, com, fwd, ds, vs)
-                    for (k, _, _, _, fwd, ds, vs), acc, com in zip(log, accepted, committed)]  # fmt: skip
+    stats.rounds = [RoundStats(k, acc, com, fwd, ds, vs, oh)
+                    for (k, _, _, _, fwd, ds, vs, oh), acc, com in zip(log, accepted, committed)]  # fmt: skip
     stats.row_forwards = row_forwards
 
 

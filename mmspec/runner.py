@@ -23,6 +23,7 @@ them too; models whose cache cannot be rolled back are refused when the runner i
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 
 import torch
@@ -74,6 +75,12 @@ class ModelRunner:
         self.depth: list[int] = []  # per tentative token: depth below the context (0 = next position)
         self.tentative_valid: torch.Tensor | None = None  # [B, pending] bool, None = no holes among tentative tokens
         self.forwards = 0
+        self.forward_seconds = 0.0  # wall time inside model calls (the rest of a round is the loop's own work)
+
+    def _counted(self, t0: float) -> None:
+        """One model call finished (started at ``t0``, a perf_counter time)."""
+        self.forwards += 1
+        self.forward_seconds += time.perf_counter() - t0
 
     # -- positions -------------------------------------------------------------------------------------------
     def prompt_positions(self, input_ids, attention_mask, model_kwargs) -> torch.Tensor:
@@ -158,9 +165,10 @@ class ModelRunner:
         self.mask = attention_mask.long()
         self.next_pos = next_positions(position_ids)  # [B]
         self._reset_tentative()
+        t0 = time.perf_counter()
         logits = self._forward(input_ids, attention_mask if self.padded else None, position_ids, logits_to_keep=1,
                                **model_kwargs)  # fmt: skip
-        self.forwards += 1
+        self._counted(t0)
         return logits[:, -1, : self.vocab_size]
 
     def prefill_from(self, other: "ModelRunner", num_layers: int | None = None,
@@ -215,9 +223,10 @@ class ModelRunner:
         self.mask = attention_mask.long()
         self.next_pos = next_positions(position_ids)  # [B]
         self._reset_tentative()
+        t0 = time.perf_counter()
         out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
                          position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
-        self.forwards += 1
+        self._counted(t0)
         return out.logits[:, -1, : self.vocab_size]
 
     @torch.no_grad()
@@ -254,8 +263,9 @@ class ModelRunner:
                 attention_mask = model_mask(self.layout, self._layer_masks(length, self.model.dtype))
             else:
                 attention_mask = self.mask if self.padded else None
+            t0 = time.perf_counter()
             logits = self._forward(tokens, attention_mask, pos)
-            self.forwards += 1
+            self._counted(t0)
             return logits[..., : self.vocab_size]
         if parents is None:
             parents = [self.pending + i - 1 for i in range(length)]
@@ -274,11 +284,13 @@ class ModelRunner:
             attention_mask = self.mask if self.padded else None
         else:
             attention_mask = self._tree_mask(length, self.model.dtype)
+        positions = self._positions(new_depth)
+        t0 = time.perf_counter()
         if reuse is None:
-            logits = self._forward(tokens, attention_mask, self._positions(new_depth))
+            logits = self._forward(tokens, attention_mask, positions)
         else:
-            logits = self._forward_from_layer(reuse, self._positions(new_depth))
-        self.forwards += 1
+            logits = self._forward_from_layer(reuse, positions)
+        self._counted(t0)
         return logits[..., : self.vocab_size]
 
     def _forward_from_layer(self, reuse: "LayerReuse", position_ids) -> torch.Tensor:

@@ -96,6 +96,7 @@ class RoundStats:
     draft_forwards: int
     draft_seconds: float
     verify_seconds: float
+    overhead_seconds: float = 0.0  # the round's wall time outside model calls: the loop's own work
 
 
 class Stats:
@@ -162,6 +163,12 @@ class SpecStats(Stats):
         return sum(r.committed for r in self.rounds) / len(self.rounds)
 
     @property
+    def overhead_per_round(self) -> float:
+        """Mean seconds per round spent outside model forwards (masks, positions, verification, commits, drafting
+        logic): the loop's own cost."""
+        return sum(r.overhead_seconds for r in self.rounds) / len(self.rounds) if self.rounds else 0.0
+
+    @property
     def acceptance_rate(self) -> float:
         proposed = sum(r.draft_len for r in self.rounds)
         return sum(r.committed - 1 for r in self.rounds) / proposed if proposed else 0.0
@@ -178,6 +185,7 @@ class SpecStats(Stats):
 
     def summary(self) -> dict:
         return {**super().summary(), "draft_forwards": self.draft_forwards, "acceptance_rate": round(self.acceptance_rate, 3),
+                "overhead_ms_per_round": round(1000 * self.overhead_per_round, 3),
                 "new_tokens": self.new_tokens, "prefill_seconds": round(self.prefill_seconds, 4),
                 "draft_prefill_seconds": round(self.draft_prefill_seconds, 4)}  # fmt: skip
 

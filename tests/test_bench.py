@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from mmspec.cli import main
 
 
@@ -116,3 +118,24 @@ def test_bench_diffusion_cli_on_bundled_models(tmp_path, capsys):
     assert rows["asd L=4"]["sample_round_compression"] >= rows["asd L=4"]["round_compression"]
     assert all(r["frechet_distance"] >= 0 and 0 <= r["condition_accuracy"] <= 1 for r in rows.values())
     assert plot.stat().st_size > 1000 and data["meta"]["images"] == 12 and data["meta"]["sampler"] == "ddpm"
+
+
+def test_ratios_are_per_repetition_and_a_drifting_baseline_is_flagged(capsys):
+    """Load that changes mid-run (repetition 2 runs 3x slower for everyone) leaves per-repetition ratios intact,
+    while the baseline's drift is reported loudly and marks the rows."""
+    from mmspec.bench.harness import Method, RunResult, baseline_drift, markdown_table, per_rep_ratio, summarise
+
+    seconds = {"plain": [1.0, 3.0, 1.0], "fast": [0.5, 1.5, 0.5], "hf": [0.9, 2.7, 0.9]}
+    r = per_rep_ratio(seconds, "fast", ["plain"])
+    assert (r.median, r.low, r.high) == (2.0, 2.0, 2.0)
+    assert baseline_drift(seconds, ["plain"]) == 2.0 and "drifted by 200%" in capsys.readouterr().err
+    tokens = torch.ones(1, 10, dtype=torch.long)
+    results = {name: [RunResult(tokens, 10, 10, overhead_seconds=0.01, rounds=5)] for name in seconds}
+    methods = [Method("plain", "ar", "none", True, None), Method("fast", "mmspec", "small", True, None),
+               Method("hf", "hf", "small", True, None)]  # fmt: skip
+    rows = {row.method: row for row in summarise(methods, seconds, results, pad_token_id=0)}
+    assert rows["fast"].speedup_vs_ar == 2.0 and rows["fast"].speedup_vs_ar_range == (2.0, 2.0)
+    assert rows["fast"].speedup_vs_hf == 1.8 and rows["fast"].unstable_baseline and rows["fast"].overhead_ms_per_round == 2.0
+    assert "unstable baseline" in markdown_table(list(rows.values()))
+    steady = {"plain": [1.0, 1.1, 1.0], "fast": [0.5, 0.6, 0.4]}
+    assert baseline_drift(steady, ["plain"]) < 0.2 and per_rep_ratio(steady, "fast", ["plain"]).range == (1.833, 2.5)

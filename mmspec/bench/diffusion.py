@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .harness import Method, RunResult, machine_description, run_interleaved
+from .harness import Method, RunResult, baseline_drift, machine_description, per_rep_ratio, run_interleaved, with_spread
 from ..metrics import Judge, frechet_distance, within_spread
 from .peers import diffusers_loop
 from .quality import bench_conditions, real_features
@@ -47,6 +47,9 @@ class DiffusionRow:
     frechet_distance: float
     within_spread: bool | None = None
     extras: dict = field(default_factory=dict)
+    speedup_vs_plain_range: tuple[float, float] | None = None  # min-max of the per-repetition ratios
+    speedup_vs_diffusers_range: tuple[float, float] | None = None
+    unstable_baseline: bool = False  # plain throughput drifted by more than 20 % across repetitions
 
 
 @torch.no_grad()
@@ -119,7 +122,7 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
     plain_names = [m.name for m in methods if m.family == "plain"]
     n_images = len(labels)
     ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
-    ref_ips = statistics.median([ips[n] for n in plain_names])
+    unstable = baseline_drift(seconds, plain_names) > 0.2
     acc_p = [quality[n][0] for n in plain_names]
     fd_p = [quality[n][1] for n in plain_names]
 
@@ -129,13 +132,15 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
         acc, fd = quality[m.name]
         ok = within_spread(acc, acc_p)
         rounds = statistics.mean(r.batch_forwards for r in rs)
+        vs_plain, vs_peer = per_rep_ratio(seconds, m.name, plain_names), per_rep_ratio(seconds, m.name, [peer])
         rows.append(DiffusionRow(
             method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
             rounds_per_batch=round(rounds, 2), round_compression=round(steps / rounds, 3),
             sample_round_compression=round(sum(r.committed for r in rs) / max(1, sum(r.verify_forwards for r in rs)), 3),
             evaluations_per_sample=round(sum(r.evaluations for r in rs) / n_images, 1),
             images_per_s=round(ips[m.name], 3), seconds_median=round(statistics.median(seconds[m.name]), 3),
-            speedup_vs_plain=round(ips[m.name] / ref_ips, 3), speedup_vs_diffusers=round(ips[m.name] / ips[peer], 3),
+            speedup_vs_plain=round(vs_plain.median, 3), speedup_vs_diffusers=round(vs_peer.median, 3),
+            speedup_vs_plain_range=vs_plain.range, speedup_vs_diffusers_range=vs_peer.range, unstable_baseline=unstable,
             condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
             within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
         ))  # fmt: skip
@@ -154,7 +159,8 @@ def diffusion_table(rows: list[DiffusionRow]) -> str:
         spread = "—" if r.within_spread is None or r.family != "mmspec" else ("yes" if r.within_spread else "no")
         lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.rounds_per_batch:.1f} | {r.round_compression:.2f} | "
                      f"{r.sample_round_compression:.2f} | {r.evaluations_per_sample:.0f} | {r.images_per_s:.2f} | "
-                     f"{r.speedup_vs_plain:.2f}x | {r.speedup_vs_diffusers:.2f}x | {r.condition_accuracy:.3f} | "
+                     f"{with_spread(r.speedup_vs_plain, r.speedup_vs_plain_range)} | {with_spread(r.speedup_vs_diffusers, r.speedup_vs_diffusers_range)} | "
+                     f"{r.condition_accuracy:.3f} | "
                      f"{r.frechet_distance:.2f} | {spread} |")  # fmt: skip
     return "\n".join(lines)
 

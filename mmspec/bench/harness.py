@@ -6,12 +6,18 @@ is excluded; the reported time is the median over repetitions. ``mean_accepted_t
 committed per target verification forward, bonus/correction token included (plain decoding = 1.00).
 ``speedup_vs_ar`` divides a method's tokens/s by plain greedy decoding's; ``speedup_vs_hf`` divides it by the
 fastest Hugging Face configuration that uses the same draft source (the strongest peer a user could pick).
+
+Robust to a loaded machine: every ratio is taken per repetition, against the baseline's run in the *same*
+repetition, and reported as the median with its spread (min-max over repetitions, :class:`Ratio`); when the plain
+baseline's own throughput drifts by more than 20 % across repetitions the harness warns and marks the rows
+(``unstable_baseline``) — their ratios are then only as good as that spread.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +38,8 @@ class RunResult:
     draft_prefill_seconds: float | None = None  # the drafter's own set-up, when measured
     batch_forwards: int | None = None  # target forwards of the whole batch (when rows advance independently)
     evaluations: int | None = None  # network evaluations summed over rows (diffusion: the compute a method spends)
+    overhead_seconds: float | None = None  # time outside model forwards in verification rounds (the loop's own work)
+    rounds: int | None = None  # verification rounds
 
 
 @dataclass
@@ -60,6 +68,44 @@ class BenchRow:
     prefill_seconds_median: float | None = None  # per repetition over all inputs (None: not measured)
     decode_seconds_median: float | None = None  # the rest of the time: drafting, verification, commits
     draft_prefill_seconds_median: float | None = None  # the drafter's set-up alone (part of prefill)
+    speedup_vs_ar_range: tuple[float, float] | None = None  # min-max of the per-repetition ratios
+    speedup_vs_hf_range: tuple[float, float] | None = None
+    overhead_ms_per_round: float | None = None  # the loop's own time per round, outside model forwards
+    unstable_baseline: bool = False  # plain throughput drifted by more than 20 % across repetitions
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speed ratio taken per repetition against the baseline's run in the same repetition."""
+
+    median: float
+    low: float
+    high: float
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return (round(self.low, 3), round(self.high, 3))
+
+    def __format__(self, spec: str) -> str:
+        return f"{self.median:.2f}x ({self.low:.2f}-{self.high:.2f})"
+
+
+def per_rep_ratio(seconds: dict[str, list[float]], name: str, baselines: list[str], work: float = 1.0) -> Ratio:
+    """``name``'s speed over the baselines' (their median time in each repetition), per repetition; ``work``: how
+    much more output ``name`` produced than the baseline (a tokens ratio; 1 for a fixed workload)."""
+    ratios = [work * statistics.median(seconds[b][rep] for b in baselines) / t for rep, t in enumerate(seconds[name])]
+    return Ratio(statistics.median(ratios), min(ratios), max(ratios))
+
+
+def baseline_drift(seconds: dict[str, list[float]], baselines: list[str], limit: float = 0.2) -> float:
+    """Relative spread of the baseline's throughput over repetitions (max/min - 1); warns loudly above ``limit``."""
+    per_rep = [statistics.median(seconds[b][rep] for b in baselines) for rep in range(len(seconds[baselines[0]]))]
+    drift = max(per_rep) / min(per_rep) - 1 if per_rep else 0.0
+    if drift > limit:
+        msg = (f"WARNING: the plain baseline's throughput drifted by {drift:.0%} across repetitions (> {limit:.0%}): the "
+               "machine's load changed during the run; ratios are per repetition, but read them with their spread")
+        print("\n" + "!" * 100 + f"\n{msg}\n" + "!" * 100, file=sys.stderr, flush=True)
+    return drift
 
 
 def _strip(tokens: torch.Tensor, pad_token_id: int) -> list[int]:
@@ -115,41 +161,58 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int, phases
     ref = [_strip(r.new_tokens, pad_token_id) for r in results[ar.name]]
     n_tokens = {k: sum(len(_strip(r.new_tokens, pad_token_id)) for r in v) for k, v in results.items()}
     tps = {k: n_tokens[k] / statistics.median(seconds[k]) for k in seconds}
-    best_hf: dict[str, float] = {}
+    best_hf: dict[str, str] = {}  # draft source -> the fastest HF configuration using it (by median throughput)
     for m in methods:
-        if m.family == "hf":
-            best_hf[m.draft_source] = max(best_hf.get(m.draft_source, 0.0), tps[m.name])
+        if m.family == "hf" and tps[m.name] > tps.get(best_hf.get(m.draft_source, ""), 0.0):
+            best_hf[m.draft_source] = m.name
+    unstable = baseline_drift(seconds, [ar.name]) > 0.2
     rows = []
     for name, rs in results.items():
         m = by_name[name]
         forwards = sum(r.verify_forwards for r in rs)
         committed = sum(r.committed for r in rs)
+        vs_ar = per_rep_ratio(seconds, name, [ar.name], n_tokens[name] / n_tokens[ar.name])
         peer = best_hf.get(m.draft_source)
+        vs_hf = per_rep_ratio(seconds, name, [peer], n_tokens[name] / n_tokens[peer]) if peer else None
         phases = phases or {}
         pre = statistics.median(phases["prefill"][name]) if phases.get("prefill", {}).get(name) else None
         dpre = statistics.median(phases["draft_prefill"][name]) if phases.get("draft_prefill", {}).get(name) else None
+        overhead = None
+        if all(r.overhead_seconds is not None and r.rounds for r in rs):
+            overhead = round(1000 * sum(r.overhead_seconds for r in rs) / sum(r.rounds for r in rs), 3)
         rows.append(BenchRow(
             method=name, family=m.family, draft_source=m.draft_source, lossless=m.lossless,
             mean_accepted_tokens=round(committed / max(1, forwards), 3),
             tokens_per_s=round(tps[name], 1), seconds_median=round(statistics.median(seconds[name]), 4),
-            speedup_vs_ar=round(tps[name] / tps[ar.name], 3),
-            speedup_vs_hf=round(tps[name] / peer, 3) if peer else None,
+            speedup_vs_ar=round(vs_ar.median, 3), speedup_vs_hf=round(vs_hf.median, 3) if vs_hf else None,
             identical_to_ar=[_strip(r.new_tokens, pad_token_id) for r in rs] == ref,
             params=m.params,
             prefill_seconds_median=None if pre is None else round(pre, 4),
             decode_seconds_median=None if pre is None else round(statistics.median(seconds[name]) - pre, 4),
             draft_prefill_seconds_median=None if dpre is None else round(dpre, 4),
+            speedup_vs_ar_range=vs_ar.range, speedup_vs_hf_range=vs_hf.range if vs_hf else None,
+            overhead_ms_per_round=overhead, unstable_baseline=unstable,
         ))  # fmt: skip
     return rows
 
 
+def with_spread(value: float, rng: tuple[float, float] | None) -> str:
+    """``2.10x (1.95-2.20)``: a median ratio with its per-repetition min-max ("—" when there is none)."""
+    if value is None:
+        return "—"
+    return f"{value:.2f}x" + (f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "")
+
+
 def markdown_table(rows: list[BenchRow]) -> str:
-    lines = ["| method | lossless | mean accepted tokens | tokens/s | speedup vs plain | speedup vs HF | identical to plain |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| method | lossless | mean accepted tokens | tokens/s | speedup vs plain (min-max) | speedup vs HF (min-max) | "
+             "loop ms/round | identical to plain |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        hf = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else "—"
+        oh = f"{r.overhead_ms_per_round:.2f}" if r.overhead_ms_per_round is not None else "—"
         lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | "
-                     f"{r.speedup_vs_ar:.2f}x | {hf} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+                     f"{with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)} | {with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)} | "
+                     f"{oh} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+    if rows and rows[0].unstable_baseline:
+        lines.append("\n**unstable baseline**: plain throughput drifted by more than 20 % across repetitions")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..metrics import Judge, frechet_distance, within_spread
-from .harness import Method, RunResult, machine_description, run_interleaved
+from .harness import Method, RunResult, baseline_drift, machine_description, per_rep_ratio, run_interleaved, with_spread
 from .peers import hf_generate
 from .quality import bench_conditions, real_features
 
@@ -42,6 +42,9 @@ class ImageARRow:
     frechet_distance: float
     within_spread: bool | None = None  # both quality figures within the plain-AR run-to-run spread
     extras: dict = field(default_factory=dict)
+    speedup_vs_ar_range: tuple[float, float] | None = None  # min-max of the per-repetition ratios
+    speedup_vs_hf_range: tuple[float, float] | None = None
+    unstable_baseline: bool = False  # plain throughput drifted by more than 20 % across repetitions
 
 
 def image_ar_methods(spec, *, window: int = 32, init: str = "repeat", deltas=(0.1, 0.2, 0.4, 0.8),
@@ -112,8 +115,7 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
     plain_names = [m.name for m in methods if m.family == "ar"]  # the plain runs (different seeds)
     n_images = len(labels)
     ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
-    ref_ips = statistics.median([ips[n] for n in plain_names])
-    hf_ips = ips["HF generate (CFG, sampling)"]
+    unstable = baseline_drift(seconds, plain_names) > 0.2
     acc_p = [quality[n][0] for n in plain_names]
     fd_p = [quality[n][1] for n in plain_names]
 
@@ -123,13 +125,15 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
         acc, fd = quality[m.name]
         tokens = sum(r.committed for r in rs)
         ok = within_spread(acc, acc_p)
+        vs_ar, vs_hf = per_rep_ratio(seconds, m.name, plain_names), per_rep_ratio(seconds, m.name, ["HF generate (CFG, sampling)"])
         rows.append(ImageARRow(
             method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
             step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
             batch_step_compression=round(tokens / max(1, sum(r.batch_forwards * r.new_tokens.shape[0] for r in rs)), 3),
             images_per_s=round(ips[m.name], 2), seconds_median=round(statistics.median(seconds[m.name]), 3),
-            speedup_vs_ar=round(ips[m.name] / ref_ips, 3), speedup_vs_hf=round(ips[m.name] / hf_ips, 3), condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
-            within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
+            speedup_vs_ar=round(vs_ar.median, 3), speedup_vs_hf=round(vs_hf.median, 3), condition_accuracy=round(acc, 4),
+            frechet_distance=round(fd, 3), within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
+            speedup_vs_ar_range=vs_ar.range, speedup_vs_hf_range=vs_hf.range, unstable_baseline=unstable,
         ))  # fmt: skip
     floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
     meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "cfg_scale": cfg_scale,
@@ -144,7 +148,7 @@ def image_ar_table(rows: list[ImageARRow]) -> str:
     for r in rows:
         spread = "—" if r.within_spread is None or r.family != "mmspec" else ("yes" if r.within_spread else "no")
         lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.step_compression:.2f} | {r.batch_step_compression:.2f} | "
-                     f"{r.images_per_s:.1f} | {r.speedup_vs_ar:.2f}x | {r.speedup_vs_hf:.2f}x | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
+                     f"{r.images_per_s:.1f} | {with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)} | {with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)} | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
                      f"{spread} |")  # fmt: skip
     return "\n".join(lines)
 

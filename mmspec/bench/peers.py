@@ -87,7 +87,8 @@ class Runners:
             out = spec.engine.generate(ids, mask, config=config, **kw)
             rounds = out.stats.rounds  # the prefill's token is no verification: counted in neither
             return RunResult(out.new_tokens, sum(r.committed for r in rounds), len(rounds), out.stats.prefill_seconds,
-                             out.stats.draft_prefill_seconds)  # fmt: skip
+                             out.stats.draft_prefill_seconds, overhead_seconds=sum(r.overhead_seconds for r in rounds),
+                             rounds=len(rounds))  # fmt: skip
 
         return run
 

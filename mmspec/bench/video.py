@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from .harness import Method, drop_unsupported, machine_description, run_interleaved, save_json, save_plot, summarise
+from .harness import (Method, drop_unsupported, machine_description, run_interleaved, save_json, save_plot, summarise,
+                      with_spread)
 from .peers import Runners
 from ..drafters import CompressedVLMDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
 from ..drafters.eagle import EagleDrafter
@@ -197,18 +198,21 @@ def bench_video_long(*, clips: int = 16, batch: int = 16, slowdown: int = 16, re
 
 def video_table(rows, visual_per_clip: int) -> str:
     lines = ["| method | drafter visual tokens | mean accepted tokens | tokens/s | prefill ms (drafter) | decode ms | "
-             "speedup vs plain | speedup vs HF | identical to plain |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "speedup vs plain (min-max) | speedup vs HF (min-max) | loop ms/round | identical to plain |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         vis = r.params.get("visual_tokens", "—")
         vis = f"{visual_per_clip}/{visual_per_clip}" if vis == "all" else (f"{vis}/{visual_per_clip}" if vis != "—" else vis)
-        hf = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else "—"
         pre = f"{1000 * r.prefill_seconds_median:.0f}" if r.prefill_seconds_median is not None else "—"
         if r.draft_prefill_seconds_median is not None:
             pre += f" ({1000 * r.draft_prefill_seconds_median:.0f})"
         dec = f"{1000 * r.decode_seconds_median:.0f}" if r.decode_seconds_median is not None else "—"
+        oh = f"{r.overhead_ms_per_round:.2f}" if r.overhead_ms_per_round is not None else "—"
         lines.append(f"| {r.method} | {vis} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | {pre} | {dec} | "
-                     f"{r.speedup_vs_ar:.2f}x | {hf} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+                     f"{with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)} | {with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)} | "
+                     f"{oh} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+    if rows and rows[0].unstable_baseline:
+        lines.append("\n**unstable baseline**: plain throughput drifted by more than 20 % across repetitions")
     return "\n".join(lines)
 
 

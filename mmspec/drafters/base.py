@@ -36,6 +36,7 @@ class DraftRequest:
 
 class DraftSession:
     forwards: int = 0  # drafter model forwards so far
+    forward_seconds: float = 0.0  # wall time inside them
 
     def propose(self, pending: torch.Tensor, k: int, generator: torch.Generator | None = None,
                 stop_below: float | None = None) -> Proposal:  # fmt: skip

@@ -17,6 +17,8 @@ at most ``max(tree.branching)`` children per node, ``tree.depth`` levels and ``m
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..cache import new_cache
@@ -56,8 +58,9 @@ class EagleRunner(ModelRunner):
         self.pending, self.parents, self.depth, self.outputs = 0, [], [], None
         if mask.shape[1]:
             pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
+            t0 = time.perf_counter()
             self.head(token_embeds, features, mask if self.padded else None, pos, self.cache)
-            self.forwards += 1
+            self._counted(t0)
 
     def _forward(self, input_ids, attention_mask, position_ids, **kwargs):
         length = input_ids.shape[1]

@@ -128,10 +128,6 @@ class SharedEarlyExitSession(ModelDraftSession):
     def accept(self, commit) -> None:
         self._sync()  # the target's commit already rolled the shared cache back (a crop, or per-row holes)
 
-    @property
-    def forwards(self) -> int:
-        return self.runner.forwards
-
 
 @DRAFTERS.register("early-exit")
 class EarlyExitDrafter(Drafter):

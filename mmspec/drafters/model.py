@@ -35,6 +35,10 @@ class ModelDraftSession(DraftSession):
     def forwards(self) -> int:
         return self.runner.forwards
 
+    @property
+    def forward_seconds(self) -> float:
+        return self.runner.forward_seconds
+
     def propose(self, pending, k, generator=None, stop_below=None) -> Proposal:
         feed = torch.cat([self.carry, pending[:, None]], dim=1)  # [B, c+1]
         valid = None if self.carry_valid is None else torch.cat([self.carry_valid, torch.ones_like(pending[:, None], dtype=torch.bool)], 1)

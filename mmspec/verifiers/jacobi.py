@@ -1,5 +1,8 @@
 """Jacobi-family verification (SJD, MC-SJD, Gumbel-coupled SJD): METHODS.md §4.
 
+Longer than 450 lines because the three rules are read side by side: each one's vectorised core, its per-position
+reference loop and its registered verifier, plus the position-keyed Gumbel noise they share.
+
 Speculative Jacobi decoding drafts with the target itself. A *window* of L = K + 1 slots is kept per row: slot 0
 is the last committed token x_t (absolute position t) and slots 1..K hold drafts d_1..d_K for positions t+1..t+K,
 each with the proposal distribution q_i it was drawn from (one-hot for freshly initialised slots). One target pass
