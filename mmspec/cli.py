@@ -45,7 +45,8 @@ def demo(args) -> None:
 
 
 def bench(args) -> None:
-    from .bench.vlm import bench_vlm, print_report
+    from .bench.tokens import print_report
+    from .bench.vlm import bench_vlm
 
     ks = tuple(int(k) for k in args.ks.split(","))
     rows, meta = bench_vlm(scenes=args.scenes, reps=args.reps, max_new_tokens=args.max_new_tokens,
@@ -57,7 +58,8 @@ def bench(args) -> None:
 
 def bench_video(args) -> None:
     from . import zoo
-    from .bench.video import bench_video as run, print_report
+    from .bench.tokens import print_report
+    from .bench.video import bench_video as run
 
     models = zoo.load("shapes-video", path=args.zoo_path) if args.zoo_path else None
     if args.std_scaling:
@@ -102,18 +104,17 @@ def bench_image_ar(args) -> None:
     only = args.only.split(",") if args.only else None
     rows, meta = run(models, per_class=args.per_class, batch=args.batch, reps=args.reps, cfg_scale=args.cfg_scale,
                      window=args.window, only=only, classes=args.classes)  # fmt: skip
-    print(f"\nmmspec bench image-ar — shapes-t2i, {meta['images']} images, batch {meta['batch']}, "
-          f"temperature 1, CFG {meta['cfg_scale']}, {meta['reps']} interleaved reps; {meta['machine']}\n")  # fmt: skip
-    print(image_ar_table(rows))
-    print(f"\nplain-AR runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
-          f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
-    _write_outputs(args, rows, meta, save_sweep_plot, "sweep plot")
+    _quality_report(args, f"image-ar — shapes-t2i, {meta['images']} images, batch {meta['batch']}, temperature 1, "
+                          f"CFG {meta['cfg_scale']}", image_ar_table(rows), "plain-AR", rows, meta, save_sweep_plot, "sweep plot")  # fmt: skip
 
 
-def _write_outputs(args, rows, meta, save_plot, plot_name: str) -> None:
-    """--json rows and --plot figure of a quality bench (image-ar, diffusion)."""
+def _quality_report(args, title: str, table: str, plain: str, rows, meta, save_plot, plot_name: str) -> None:
+    """Print a quality bench's (image-ar, diffusion) table with its plain-run quality; write --json and --plot."""
     from .bench.harness import save_json
 
+    print(f"\nmmspec bench {title}, {meta['reps']} interleaved reps; {meta['machine']}\n\n{table}")
+    print(f"\n{plain} runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
+          f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
     if args.json:
         save_json(rows, args.json, meta)
         print(f"rows written to {args.json}")
@@ -132,12 +133,9 @@ def bench_diffusion(args) -> None:
     rows, meta = run(models, per_class=args.per_class, classes=args.classes, batch=args.batch, reps=args.reps,
                      steps=args.steps, sampler=args.sampler, eta=args.eta, cfg_scale=args.cfg_scale,
                      lookaheads=lookaheads, only=only)  # fmt: skip
-    print(f"\nmmspec bench diffusion — shapes-ddpm, {meta['images']} images, batch {meta['batch']}, {meta['sampler']} "
-          f"{meta['steps']} steps, CFG {meta['cfg_scale']}, {meta['reps']} interleaved reps; {meta['machine']}\n")  # fmt: skip
-    print(diffusion_table(rows))
-    print(f"\nplain runs: accuracy {meta['plain_accuracy']}, Fréchet {meta['plain_frechet']}; "
-          f"real-vs-real Fréchet (estimator floor) {meta['real_vs_real_frechet']}")  # fmt: skip
-    _write_outputs(args, rows, meta, save_lookahead_plot, "lookahead plot")
+    _quality_report(args, f"diffusion — shapes-ddpm, {meta['images']} images, batch {meta['batch']}, {meta['sampler']} "
+                          f"{meta['steps']} steps, CFG {meta['cfg_scale']}", diffusion_table(rows), "plain", rows, meta,
+                    save_lookahead_plot, "lookahead plot")  # fmt: skip
 
 
 def bench_verifiers(args) -> None:
@@ -181,6 +179,21 @@ def zoo_checksum(args) -> None:
     print(f"{args.name}: recorded the sha256 of every file under {root} in {record(root)}")
 
 
+ONLY_ROWS = "run only rows whose name contains one of these (comma-separated)"
+
+
+def _outputs(p, *, reps: int, plot: str | None = None, zoo: str | None = None, only: str | None = None) -> None:
+    """The options every bench shares: repetitions, --json, and where they apply --plot, --zoo-path, --only."""
+    p.add_argument("--reps", type=int, default=reps, help="interleaved timed repetitions (after one warm-up)")
+    p.add_argument("--json", default=None, help="write the rows as JSON here")
+    if plot:
+        p.add_argument("--plot", default=None, help=f"write {plot} (PNG) here")
+    if zoo:
+        p.add_argument("--zoo-path", default=None, help=f"load the {zoo} models from here (default: bundled)")
+    if only:
+        p.add_argument("--only", default=None, help=only)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="mmspec")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -191,20 +204,15 @@ def main(argv=None) -> None:
     b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     v = b.add_parser("vlm", help="shapes-VLM: plain greedy vs mmspec drafters/verifiers vs HF assisted generation")
     v.add_argument("--scenes", type=int, default=8, help="held-out scenes to caption")
-    v.add_argument("--reps", type=int, default=5, help="interleaved timed repetitions (after one warm-up)")
     v.add_argument("--max-new-tokens", type=int, default=48)
     v.add_argument("--ks", default="2,3,4,5,6,8", help="draft lengths for the small-VLM drafter (comma-separated)")
-    v.add_argument("--json", default=None, help="write the rows as JSON here")
-    v.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
+    _outputs(v, reps=5, plot="a speedup bar chart")
     v.set_defaults(func=bench)
     vv = b.add_parser("video", help="shapes-video: plain greedy vs mmspec drafters (STD, EAGLE, compression) vs HF")
     vv.add_argument("--clips", type=int, default=None, help="held-out clips to caption (8; with --long: 16)")
-    vv.add_argument("--reps", type=int, default=5, help="interleaved timed repetitions (after one warm-up)")
     vv.add_argument("--max-new-tokens", type=int, default=64)
-    vv.add_argument("--only", default=None, help="run only methods whose name contains this (plus plain decoding)")
-    vv.add_argument("--zoo-path", default=None, help="load the shapes-video models from here (default: bundled)")
-    vv.add_argument("--json", default=None, help="write the rows as JSON here")
-    vv.add_argument("--plot", default=None, help="write a speedup bar chart (PNG) here")
+    _outputs(vv, reps=5, plot="a speedup bar chart", zoo="shapes-video",
+             only="run only methods whose name contains this (plus plain decoding)")  # fmt: skip
     vv.add_argument("--std-scaling", default=None, metavar="N1,N2,...",
                     help="instead: STD draft-step vs dense-step cost at these visual context lengths")  # fmt: skip
     vv.add_argument("--drafter-prefill", action="store_true",
@@ -224,35 +232,26 @@ def main(argv=None) -> None:
     ia.add_argument("--per-class", type=int, default=4, help="images per condition (108 conditions)")
     ia.add_argument("--classes", type=int, default=None, help="use only the first N conditions (default: all 108)")
     ia.add_argument("--batch", type=int, default=54, help="images generated per call")
-    ia.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (after one warm-up)")
     ia.add_argument("--cfg-scale", type=float, default=2.0, help="classifier-free guidance scale (2.0: the best plain-AR quality on shapes-t2i)")
     ia.add_argument("--window", type=int, default=32, help="Jacobi window (draft slots)")
-    ia.add_argument("--only", default=None, help="run only rows whose name contains one of these (comma-separated)")
-    ia.add_argument("--zoo-path", default=None, help="load the shapes-t2i models from here (default: bundled)")
-    ia.add_argument("--json", default=None, help="write the rows as JSON here")
-    ia.add_argument("--plot", default=None, help="write the speedup-vs-quality sweep plot (PNG) here")
+    _outputs(ia, reps=3, plot="the speedup-vs-quality sweep plot", zoo="shapes-t2i", only=ONLY_ROWS)
     ia.set_defaults(func=bench_image_ar)
     d = b.add_parser("diffusion", help="shapes-ddpm: plain sampler vs speculative / ASD / Picard / forecast gating")
     d.add_argument("--per-class", type=int, default=2, help="images per condition")
     d.add_argument("--classes", type=int, default=None, help="use only the first N of the 108 conditions (default: all)")
     d.add_argument("--batch", type=int, default=54, help="images sampled per call")
-    d.add_argument("--reps", type=int, default=1, help="interleaved timed repetitions (after one warm-up)")
     d.add_argument("--steps", type=int, default=100, help="sampler steps")
     d.add_argument("--sampler", default="ddpm", help="ddpm, ddim (with --eta) or euler-ancestral")
     d.add_argument("--eta", type=float, default=None, help="DDIM noise scale (ddim only; 0 = deterministic)")
     d.add_argument("--cfg-scale", type=float, default=1.0, help="classifier-free guidance scale (1.0: none)")
     d.add_argument("--lookaheads", default="2,4,8", help="lookaheads L of the speculative / ASD rows")
-    d.add_argument("--only", default=None, help="run only rows whose name contains one of these (comma-separated)")
-    d.add_argument("--zoo-path", default=None, help="load the shapes-ddpm models from here (default: bundled)")
-    d.add_argument("--json", default=None, help="write the rows as JSON here")
-    d.add_argument("--plot", default=None, help="write the lookahead sweep plot (PNG) here")
+    _outputs(d, reps=1, plot="the lookahead sweep plot", zoo="shapes-ddpm", only=ONLY_ROWS)
     d.set_defaults(func=bench_diffusion)
     w = b.add_parser("verifiers", help="every acceptance rule: vectorised vs a per-position reference loop")
     w.add_argument("--batch", type=int, default=8)
     w.add_argument("--k", type=int, default=8, help="draft length")
     w.add_argument("--vocab", type=int, default=16384, help="vocabulary size (state dimension for continuous rules)")
-    w.add_argument("--reps", type=int, default=5)
-    w.add_argument("--json", default=None, help="write the rows as JSON here")
+    _outputs(w, reps=5)
     w.set_defaults(func=bench_verifiers)
     sub.add_parser("verifiers", help="table of every registered verifier (markdown)").set_defaults(func=verifiers)
     z = sub.add_parser("zoo", help="zoo entries").add_subparsers(dest="zoo_command", required=True)

@@ -18,6 +18,19 @@ def text_config_of(model):
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(fn) -> str:
+    return "cache" if "cache" in inspect.signature(fn).parameters else "past_key_values"
+
+
+def with_cache(callee, cache) -> dict:
+    """``{keyword: cache}`` for calling ``callee`` (a module or a function such as ``create_causal_mask``) with a KV
+    cache: transformers 5.2x takes it as ``cache`` (``past_key_values`` is deprecated, to go in 5.40), earlier releases
+    as ``past_key_values`` — the keyword is read off the callee's signature."""
+    fn = type(callee).forward if isinstance(callee, torch.nn.Module) else callee
+    return {_cache_keyword(fn): cache}
+
+
 def decoder_of(model):
     """The model's decoder stack (the module holding ``layers``, ``norm`` and ``embed_tokens``): ``get_decoder()``,
     or its ``model`` / ``language_model`` when that is only a wrapper (Llama 4's causal LM)."""

@@ -13,8 +13,9 @@ tokens (or -1: the committed context); the runner then builds the tree attention
 its ancestors and itself) and depth positions (siblings share a position), and ``commit(indices)`` gathers the
 accepted path's KV entries into contiguous positions.
 
-Rows advance in lock-step (``commit``: the same number of tokens on every row, so the cache stays rectangular) or
-independently (``commit_rows``: rejected entries stay as masked holes, squeezed out now and then).
+One ``commit`` serves every case: an int keeps the same chain prefix on every row (a crop: the cache stays
+rectangular); per-row counts [B] let rows advance independently (rejected entries stay as masked holes, squeezed
+out now and then); a [B, n] path keeps a tree branch.
 
 Every layer of the cache keeps its whole history (see :mod:`mmspec.layout`): sliding-window and chunked layers are
 windowed by explicit attention masks built from each token's ordinal, so rollback and tree compaction are exact for
@@ -31,7 +32,8 @@ from transformers import DynamicCache
 
 from .cache import compact as gather_path, crop, new_cache
 from .layout import FULL, attention_layout, local_masks, model_mask
-from .models import FeatureTap, decoder_of, eager_attention, logits_width, output_logits, rotary_embeddings, uses_mrope
+from .models import (FeatureTap, decoder_of, eager_attention, logits_width, output_logits, rotary_embeddings, uses_mrope,
+                     with_cache)
 from .tree import ancestor_matrix
 from .types import LayerReuse
 
@@ -59,7 +61,6 @@ class ModelRunner:
         # ``prompt_embeds`` [B, T, H] (the decoder's input embeddings).
         self.keep_features = keep_features
         self.features: torch.Tensor | None = None
-        self.features_valid: torch.Tensor | None = None  # [B, n] after a per-row commit: which features were kept
         self.prompt_embeds: torch.Tensor | None = None
         self._tentative_features: torch.Tensor | None = None
         self.vocab_size = vocab_size or logits_width(model)
@@ -104,8 +105,9 @@ class ModelRunner:
     def _reset_tentative(self) -> None:
         self.pending, self.parents, self.depth, self.tentative_valid = 0, [], [], None
 
-    def _positions(self, depth: list[int]) -> torch.Tensor:
-        pos = self.next_pos[:, None] + torch.tensor(depth, device=self.device)  # [B, L]
+    def _positions(self, offsets: list[int] | torch.Tensor) -> torch.Tensor:
+        """Positions of tentative tokens ``offsets`` ([L] or [B, L]) past the committed context."""
+        pos = self.next_pos[:, None] + torch.as_tensor(offsets, device=self.device)  # [B, L]
         return pos[None].expand(3, -1, -1) if self.mrope else pos
 
     @property
@@ -156,11 +158,16 @@ class ModelRunner:
         if input_ids is None:
             if inputs_embeds is None:
                 raise ValueError("input_ids/inputs_embeds: expected one of them, got neither")
-            return self._prefill_embeds(inputs_embeds, attention_mask, model_kwargs.get("position_ids"))
+            if self.mrope and (model_kwargs.get("position_ids") is None or model_kwargs["position_ids"].dim() != 3):
+                raise ValueError("position_ids: prefilling an M-RoPE model from embeddings needs 3-D positions [3, B, T]")
+            model_kwargs["inputs_embeds"] = inputs_embeds
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones((input_ids if input_ids is not None else inputs_embeds).shape[:2], dtype=torch.long,
+                                        device=self.device)  # fmt: skip
         self.cache = new_cache()
-        position_ids = self.prompt_positions(input_ids, attention_mask, model_kwargs)
+        position_ids = model_kwargs.pop("position_ids", None)
+        if position_ids is None:
+            position_ids = self.prompt_positions(input_ids, attention_mask, model_kwargs)
         self.padded = bool((attention_mask == 0).any())
         self.mask = attention_mask.long()
         self.next_pos = next_positions(position_ids)  # [B]
@@ -211,24 +218,6 @@ class ModelRunner:
             self.padded = self.padded or not bool(other.mask[:, start:end].all())  # holes of per-row commits
         self.next_pos = other.next_pos.clone()
 
-    def _prefill_embeds(self, inputs_embeds, attention_mask, position_ids=None):
-        if self.mrope and (position_ids is None or position_ids.dim() != 3):
-            raise ValueError("position_ids: prefilling an M-RoPE model from embeddings needs 3-D positions [3, B, T]")
-        if attention_mask is None:
-            attention_mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
-        self.cache = new_cache()
-        if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, T]
-        self.padded = bool((attention_mask == 0).any())
-        self.mask = attention_mask.long()
-        self.next_pos = next_positions(position_ids)  # [B]
-        self._reset_tentative()
-        t0 = time.perf_counter()
-        out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask if self.padded else None,
-                         position_ids=position_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
-        self._counted(t0)
-        return out.logits[:, -1, : self.vocab_size]
-
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, parents: list[int] | tuple[int, ...] | None = None,
                reuse: "LayerReuse | None" = None, valid: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
@@ -243,30 +232,9 @@ class ModelRunner:
         position (rows feeding different numbers of tokens in one call, e.g. a per-row carried token).
         """
         b, length = tokens.shape
-        if valid is not None or self.tentative_valid is not None:
-            if parents is not None or reuse is not None:
-                raise ValueError("valid: holes are supported in chains without layer reuse only")
-            valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.to(self.device).bool()
-            before = self.tentative_valid
-            if before is None:
-                before = torch.ones(b, self.pending, dtype=torch.bool, device=self.device)
-            self.tentative_valid = torch.cat([before, valid], dim=1)  # [B, pending + L]
-            offsets = self.tentative_valid.long().cumsum(1)[:, -length:] - 1  # [B, L] position offsets of the new tokens
-            self.parents += [self.pending + i - 1 for i in range(length)]
-            self.depth += list(range(self.pending, self.pending + length))
-            self.pending += length
-            self.mask = torch.cat([self.mask, valid.long()], dim=1)
-            self.padded = self.padded or not bool(valid.all())
-            pos = (self.next_pos[:, None] + offsets.clamp_min(0))  # [B, L]
-            pos = pos[None].expand(3, -1, -1) if self.mrope else pos
-            if self.layout.local:
-                attention_mask = model_mask(self.layout, self._layer_masks(length, self.model.dtype))
-            else:
-                attention_mask = self.mask if self.padded else None
-            t0 = time.perf_counter()
-            logits = self._forward(tokens, attention_mask, pos)
-            self._counted(t0)
-            return logits[..., : self.vocab_size]
+        holes = valid is not None or self.tentative_valid is not None
+        if holes and (parents is not None or reuse is not None):
+            raise ValueError("valid: holes are supported in chains without layer reuse only")
         if parents is None:
             parents = [self.pending + i - 1 for i in range(length)]
         if len(parents) != length or any(not -1 <= p < self.pending + i for i, p in enumerate(parents)):
@@ -274,17 +242,27 @@ class ModelRunner:
         new_depth = []
         for p in parents:
             new_depth.append(0 if p < 0 else (self.depth + new_depth)[p] + 1)
+        if holes:  # a hole takes no position: offsets count the real tokens before each
+            valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.to(self.device).bool()
+            before = self.tentative_valid
+            if before is None:
+                before = torch.ones(b, self.pending, dtype=torch.bool, device=self.device)
+            self.tentative_valid = torch.cat([before, valid], dim=1)  # [B, pending + L]
+            offsets = (self.tentative_valid.long().cumsum(1)[:, -length:] - 1).clamp_min(0)  # [B, L]
+            positions = self._positions(offsets)
+            self.padded = self.padded or not bool(valid.all())
+        else:
+            valid, positions = tokens.new_ones(b, length), self._positions(new_depth)
         self.parents += list(parents)
         self.depth += new_depth
         self.pending += length
-        self.mask = torch.cat([self.mask, self.mask.new_ones(b, length)], dim=1)
+        self.mask = torch.cat([self.mask, valid.long()], dim=1)
         if self.layout.local:  # windows over ordinals, never the cache's own eviction (it keeps every entry)
             attention_mask = model_mask(self.layout, self._layer_masks(length, self.model.dtype))
         elif self.is_chain:
             attention_mask = self.mask if self.padded else None
         else:
             attention_mask = self._tree_mask(length, self.model.dtype)
-        positions = self._positions(new_depth)
         t0 = time.perf_counter()
         if reuse is None:
             logits = self._forward(tokens, attention_mask, positions)
@@ -306,7 +284,7 @@ class ModelRunner:
         text_positions = None if position_ids.dim() == 3 else position_ids
         for i in range(reuse.layer, len(decoder.layers)):
             h = decoder.layers[i](h, attention_mask=masks[types[i]], position_embeddings=rope[types[i]],
-                                  position_ids=text_positions, past_key_values=self.cache, use_cache=True)  # fmt: skip
+                                  position_ids=text_positions, use_cache=True, **with_cache(decoder.layers[i], self.cache))  # fmt: skip
             h = h[0] if isinstance(h, tuple) else h
         with ExitStack() as stack:
             tap = stack.enter_context(FeatureTap(self.model)) if self.keep_features else None
@@ -326,7 +304,7 @@ class ModelRunner:
                 stack.enter_context(eager_attention(self.model))
                 kwargs["output_attentions"] = True
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=self.cache, use_cache=True, **kwargs)  # fmt: skip
+                             use_cache=True, **with_cache(self.model, self.cache), **kwargs)  # fmt: skip
         if attend:
             self.attention = torch.stack([a.float().mean(dim=(1, 2)) for a in out.attentions])  # [L, B, S]
         if tap is not None:
@@ -369,7 +347,6 @@ class ModelRunner:
         if self.keep_features:  # features of the committed tokens (the tentative block's first n, or the path)
             t = self._tentative_features
             self.features = t[:, :n] if isinstance(keep, int) else t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1]))
-            self.features_valid = None
         self.mask = self.mask[:, : self.length - self.pending + n]
         self.next_pos = self.next_pos + n
         self._reset_tentative()
@@ -384,8 +361,8 @@ class ModelRunner:
         block = torch.arange(self.pending, device=self.device)[None, :] < keep[:, None]  # [B, L] kept entries
         if self.tentative_valid is not None:
             block = block & self.tentative_valid  # holes stay holes
-        if self.keep_features:  # row b's committed features: the first keep[b] of the block (valid marks which)
-            self.features, self.features_valid = self._tentative_features, block
+        if self.keep_features:  # row b's committed features: the first keep[b] of the block
+            self.features = self._tentative_features
         self.mask = torch.cat([self.mask[:, : self.length - self.pending], block.long()], dim=1)
         self.next_pos = self.next_pos + block.long().sum(1)
         self.padded = self.padded or bool((~block).any())

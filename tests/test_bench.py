@@ -25,7 +25,7 @@ def test_bench_vlm_cli_writes_rows(tmp_path, capsys):
     assert spec["mean_accepted_tokens"] > 2.0  # the trained small-VLM drafter agrees with the target
     assert spec["speedup_vs_hf"] is not None and "HF assisted small-VLM K=4" in rows
     assert (tmp_path / "b.png").stat().st_size > 1000
-    assert data["meta"]["scenes"] == 1
+    assert data["meta"]["inputs"] == 1
 
 
 def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
@@ -36,15 +36,15 @@ def test_bench_video_cli_on_bundled_models(tmp_path, capsys):
     assert "| drafter visual tokens |" in capsys.readouterr().out
     data = json.loads(out.read_text())
     rows = {r["method"]: r for r in data["rows"]}
-    assert data["meta"]["visual_tokens_per_clip"] == 64
+    assert data["meta"]["visual_tokens"] == 64
     for r in rows.values():
         assert r["identical_to_ar"] is True or not r["lossless"], r["method"]
         assert r["prefill_seconds_median"] is not None and r["decode_seconds_median"] is not None, r["method"]
-    for family in ("STD keep", "EAGLE head K=", "query adaptor", "grid-pool 16 visual tokens", "HF assisted small video-LM"):
+    for family in ("STD keep", "EAGLE head K=", "query adaptor", "grid-pool 16/64 visual tokens", "HF assisted small video-LM"):
         assert any(family in name for name in rows), family
     assert rows["mmspec small video-LM K=5"]["mean_accepted_tokens"] > 2.0
     assert rows["mmspec EAGLE head K=5"]["mean_accepted_tokens"] > 2.0
-    assert rows["mmspec STD keep 16 K=5"]["params"]["visual_tokens"] == 16
+    assert rows["mmspec STD keep 16 of 64 visual KV K=5"]["params"]["visual_tokens"] == 16
 
 
 def test_bench_video_long_cli_on_bundled_models(tmp_path, capsys):
@@ -58,7 +58,7 @@ def test_bench_video_long_cli_on_bundled_models(tmp_path, capsys):
     assert "batch 2, 16 frames per clip" in printed and "caption accuracy" in printed
     data = json.loads(out.read_text())
     rows = {r["method"]: r for r in data["rows"]}
-    assert data["meta"]["visual_tokens_per_clip"] == 128 and data["meta"]["slowdown"] == 2
+    assert data["meta"]["visual_tokens"] == 128 and data["meta"]["slowdown"] == 2
     assert {"mmspec STD keep 16 K=5, rows aligned", "mmspec STD keep 16 K=5, rows independent",
             "mmspec STD keep 64 K=5, rows independent"} <= set(rows)  # fmt: skip
     for r in rows.values():

@@ -19,37 +19,26 @@ repetitions after a warm-up (the harness of :mod:`mmspec.bench`). Reported per m
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from .harness import Method, RunResult, baseline_drift, machine_description, per_rep_ratio, run_interleaved, with_spread
-from ..metrics import Judge, frechet_distance, within_spread
+from ..metrics import Judge
+from .harness import TOKEN_COLUMNS, Method, RunResult, fmt, markdown_table, per_rep_ratio, with_spread
 from .peers import diffusers_loop
-from .quality import bench_conditions, real_features
+from .quality import QUALITY_COLUMNS, SampledRow, bench_conditions, run_sampling_bench, seeded_methods
 
 
-@dataclass
-class DiffusionRow:
-    method: str
-    family: str  # "plain" (our plain sampler), "diffusers" (the peer loop) or "mmspec"
-    lossless: bool
-    params: dict
+@dataclass(kw_only=True)
+class DiffusionRow(SampledRow):
     rounds_per_batch: float  # sequential target calls per batch (mean over batches)
     round_compression: float  # steps / rounds of a batch
     sample_round_compression: float  # steps / rounds of a sample (mean over samples)
     evaluations_per_sample: float  # network evaluations per sample (plain: steps)
-    images_per_s: float
-    seconds_median: float
     speedup_vs_plain: float
     speedup_vs_diffusers: float
-    condition_accuracy: float
-    frechet_distance: float
-    within_spread: bool | None = None
-    extras: dict = field(default_factory=dict)
     speedup_vs_plain_range: tuple[float, float] | None = None  # min-max of the per-repetition ratios
     speedup_vs_diffusers_range: tuple[float, float] | None = None
-    unstable_baseline: bool = False  # plain throughput drifted by more than 20 % across repetitions
 
 
 @torch.no_grad()
@@ -76,9 +65,7 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
     from ..zoo.shapes_ddpm import NULL_CLASS
 
     spec = models.speculator(cfg_scale=cfg_scale)
-    judge = Judge(models.judge)
     labels = bench_conditions(per_class, classes)
-    batches = [labels[i : i + batch] for i in range(0, len(labels), batch)]
     kernel = spec.kernel(steps, sampler, eta)
     configs = diffusion_methods(sampler, lookaheads=lookaheads, plain_runs=plain_runs)
     if not kernel.stochastic:
@@ -86,83 +73,51 @@ def bench_diffusion(models, *, per_class: int = 2, classes: int | None = None, b
     if only:
         configs = [c for c in configs if c[1] == "plain" or any(o in c[0] for o in only)]
 
-    def make_run(method: str, kw: dict):
-        kw = dict(kw)
-        offset = kw.pop("seed_offset", 0)
-
-        def run(x: dict) -> RunResult:
-            out = spec.generate(x["labels"], method=method, num_inference_steps=steps, sampler=sampler, eta=eta,
-                                seed=x["seed"] + offset, decode=False, **kw)  # fmt: skip
-            st = out.stats
-            return RunResult(out.samples, st.steps * len(x["labels"]), sum(st.row_rounds), batch_forwards=st.rounds,
-                             evaluations=st.target_rows)  # fmt: skip
-
-        return run
-
-    methods = [Method(name, "plain" if m == "plain" else "mmspec", m, DIFFUSION_METHODS.get(m).lossless, make_run(m, kw), kw)
-               for name, m, kw in configs]  # fmt: skip
+    def result_of(method: str, kw: dict, labels: list[int], seed: int) -> RunResult:
+        out = spec.generate(labels, method=method, num_inference_steps=steps, sampler=sampler, eta=eta, seed=seed,
+                            decode=False, **kw)  # fmt: skip
+        st = out.stats
+        return RunResult(out.samples, st.steps * len(labels), sum(st.row_rounds), batch_forwards=st.rounds,
+                         evaluations=st.target_rows)  # fmt: skip
 
     def run_peer(x: dict) -> RunResult:
-        lab = torch.tensor(x["labels"])
-        out = diffusers_loop(models.unet, models.scheduler, lab, steps=steps, sampler=sampler, cfg_scale=cfg_scale,
-                             null=NULL_CLASS, seed=x["seed"], eta=eta)  # fmt: skip
-        return RunResult(out, steps * len(x["labels"]), steps * len(x["labels"]), batch_forwards=steps,
-                         evaluations=steps * len(x["labels"]))  # fmt: skip
+        out = diffusers_loop(models.unet, models.scheduler, torch.tensor(x["labels"]), steps=steps, sampler=sampler,
+                             cfg_scale=cfg_scale, null=NULL_CLASS, seed=x["seed"], eta=eta)  # fmt: skip
+        n = steps * len(x["labels"])
+        return RunResult(out, n, n, batch_forwards=steps, evaluations=n)
 
+    methods = seeded_methods(configs, DIFFUSION_METHODS, "plain", result_of)
     peer = "diffusers loop (scale_model_input + step)"
     methods.insert(plain_runs, Method(peer, "diffusers", "none", True, run_peer, {}))
-    inputs = [{"labels": b, "seed": 17 + i} for i, b in enumerate(batches)]
-    seconds, results, _ = run_interleaved(methods, inputs, reps, progress=progress)
-
-    real = real_features(judge, labels)
-    quality = {}
-    for m in methods:
-        samples = torch.cat([r.new_tokens for r in results[m.name]])  # [N, 3, 32, 32]
-        quality[m.name] = judge.quality(lambda a, b: samples[a:b].clamp(-1, 1), labels, real)
-    plain_names = [m.name for m in methods if m.family == "plain"]
-    n_images = len(labels)
-    ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
-    unstable = baseline_drift(seconds, plain_names) > 0.2
-    acc_p = [quality[n][0] for n in plain_names]
-    fd_p = [quality[n][1] for n in plain_names]
-
+    results, judged = run_sampling_bench(methods, labels, batch, reps, Judge(models.judge), lambda s: s.clamp(-1, 1),
+                                         progress)  # fmt: skip
     rows = []
     for m in methods:
         rs = results[m.name]
-        acc, fd = quality[m.name]
-        ok = within_spread(acc, acc_p)
         rounds = statistics.mean(r.batch_forwards for r in rs)
-        vs_plain, vs_peer = per_rep_ratio(seconds, m.name, plain_names), per_rep_ratio(seconds, m.name, [peer])
+        vs_plain, vs_peer = per_rep_ratio(judged.seconds, m.name, judged.plain), per_rep_ratio(judged.seconds, m.name, [peer])
         rows.append(DiffusionRow(
-            method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
-            rounds_per_batch=round(rounds, 2), round_compression=round(steps / rounds, 3),
+            **judged.row(m), rounds_per_batch=round(rounds, 2), round_compression=round(steps / rounds, 3),
             sample_round_compression=round(sum(r.committed for r in rs) / max(1, sum(r.verify_forwards for r in rs)), 3),
-            evaluations_per_sample=round(sum(r.evaluations for r in rs) / n_images, 1),
-            images_per_s=round(ips[m.name], 3), seconds_median=round(statistics.median(seconds[m.name]), 3),
+            evaluations_per_sample=round(sum(r.evaluations for r in rs) / judged.images, 1),
             speedup_vs_plain=round(vs_plain.median, 3), speedup_vs_diffusers=round(vs_peer.median, 3),
-            speedup_vs_plain_range=vs_plain.range, speedup_vs_diffusers_range=vs_peer.range, unstable_baseline=unstable,
-            condition_accuracy=round(acc, 4), frechet_distance=round(fd, 3),
-            within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
+            speedup_vs_plain_range=vs_plain.range, speedup_vs_diffusers_range=vs_peer.range,
         ))  # fmt: skip
-    floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
-    meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "steps": steps,
-            "sampler": kernel.sampler, "eta": eta, "cfg_scale": cfg_scale, "plain_accuracy": acc_p,
-            "plain_frechet": fd_p, "real_vs_real_frechet": round(floor, 3)}  # fmt: skip
-    return rows, meta
+    return rows, {**judged.meta, "batch": batch, "reps": reps, "steps": steps, "sampler": kernel.sampler, "eta": eta,
+                  "cfg_scale": cfg_scale}  # fmt: skip
+
+
+DIFFUSION_COLUMNS = [
+    *TOKEN_COLUMNS[:2], ("rounds per batch", lambda r: fmt(r.rounds_per_batch, ".1f")),
+    ("round compression (batch)", lambda r: fmt(r.round_compression)), ("per sample", lambda r: fmt(r.sample_round_compression)),
+    ("network evals per sample", lambda r: fmt(r.evaluations_per_sample, ".0f")), ("images/s", lambda r: fmt(r.images_per_s)),
+    ("wall speedup vs plain", lambda r: with_spread(r.speedup_vs_plain, r.speedup_vs_plain_range)),
+    ("vs diffusers loop", lambda r: with_spread(r.speedup_vs_diffusers, r.speedup_vs_diffusers_range)), *QUALITY_COLUMNS,
+]  # fmt: skip
 
 
 def diffusion_table(rows: list[DiffusionRow]) -> str:
-    lines = ["| method | lossless | rounds per batch | round compression (batch) | per sample | network evals per sample | "
-             "images/s | wall speedup vs plain | vs diffusers loop | condition accuracy | Fréchet distance | quality within plain spread |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        spread = "—" if r.within_spread is None or r.family != "mmspec" else ("yes" if r.within_spread else "no")
-        lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.rounds_per_batch:.1f} | {r.round_compression:.2f} | "
-                     f"{r.sample_round_compression:.2f} | {r.evaluations_per_sample:.0f} | {r.images_per_s:.2f} | "
-                     f"{with_spread(r.speedup_vs_plain, r.speedup_vs_plain_range)} | {with_spread(r.speedup_vs_diffusers, r.speedup_vs_diffusers_range)} | "
-                     f"{r.condition_accuracy:.3f} | "
-                     f"{r.frechet_distance:.2f} | {spread} |")  # fmt: skip
-    return "\n".join(lines)
+    return markdown_table(rows, DIFFUSION_COLUMNS)
 
 
 def save_lookahead_plot(rows: list[DiffusionRow], path, meta: dict) -> None:

@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -85,9 +85,6 @@ class Ratio:
     @property
     def range(self) -> tuple[float, float]:
         return (round(self.low, 3), round(self.high, 3))
-
-    def __format__(self, spec: str) -> str:
-        return f"{self.median:.2f}x ({self.low:.2f}-{self.high:.2f})"
 
 
 def per_rep_ratio(seconds: dict[str, list[float]], name: str, baselines: list[str], work: float = 1.0) -> Ratio:
@@ -203,24 +200,55 @@ def with_spread(value: float, rng: tuple[float, float] | None) -> str:
     return f"{value:.2f}x" + (f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "")
 
 
-def markdown_table(rows: list[BenchRow]) -> str:
-    lines = ["| method | lossless | mean accepted tokens | tokens/s | speedup vs plain (min-max) | speedup vs HF (min-max) | "
-             "loop ms/round | identical to plain |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        oh = f"{r.overhead_ms_per_round:.2f}" if r.overhead_ms_per_round is not None else "—"
-        lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_accepted_tokens:.2f} | {r.tokens_per_s:.1f} | "
-                     f"{with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)} | {with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)} | "
-                     f"{oh} | {'yes' if r.identical_to_ar else 'NO'} |")  # fmt: skip
+def fmt(value, spec: str = ".2f", scale: float = 1.0) -> str:
+    """``value * scale`` formatted with ``spec``, "—" for None."""
+    return "—" if value is None else format(scale * value, spec)
+
+
+Column = tuple[str, Callable[[object], str]]  # (header, row -> cell)
+TOKEN_COLUMNS: list[Column] = [
+    ("method", lambda r: r.method),
+    ("lossless", lambda r: "yes" if r.lossless else "no"),
+    ("mean accepted tokens", lambda r: fmt(r.mean_accepted_tokens)),
+    ("tokens/s", lambda r: fmt(r.tokens_per_s, ".1f")),
+    ("speedup vs plain (min-max)", lambda r: with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)),
+    ("speedup vs HF (min-max)", lambda r: with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)),
+    ("loop ms/round", lambda r: fmt(r.overhead_ms_per_round)),
+    ("identical to plain", lambda r: "yes" if r.identical_to_ar else "NO"),
+]
+
+
+def markdown_table(rows: list, columns: list[Column] = TOKEN_COLUMNS) -> str:
+    """A Markdown table of bench rows (any row dataclass with ``unstable_baseline``), one column per ``columns``."""
+    lines = ["| " + " | ".join(header for header, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in rows]
     if rows and rows[0].unstable_baseline:
         lines.append("\n**unstable baseline**: plain throughput drifted by more than 20 % across repetitions")
     return "\n".join(lines)
 
 
+def run_token_bench(methods: list[Method], inputs: list[dict], reps: int, pad_token_id: int, progress: bool = True):
+    """The token benches' run: drop the peers that fail here, run everything interleaved, summarise.
+    -> (rows, results per method, skipped peers {name: why})."""
+    with torch.inference_mode():
+        methods, skipped = drop_unsupported(methods, inputs)
+        seconds, results, phases = run_interleaved(methods, inputs, reps, progress)
+    return summarise(methods, seconds, results, pad_token_id, phases), results, skipped
+
+
+def save_outputs(rows: list, meta: dict, json_path=None, plot_path=None, title: str = "") -> None:
+    if json_path:
+        save_json(rows, json_path, meta)
+    if plot_path:
+        save_plot(rows, plot_path, title)
+
+
 def save_json(rows: list, path: str | Path, meta: dict) -> None:
-    """``{"meta": meta, "rows": [...]}`` for rows of any of the benches' row dataclasses."""
+    """``{"meta": meta, "rows": [...]}`` for rows of any of the benches' row dataclasses (or dicts)."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2, ensure_ascii=False) + "\n")
+    rows = [asdict(r) if is_dataclass(r) else r for r in rows]
+    tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(path)  # never leave a half-written file behind
 
 

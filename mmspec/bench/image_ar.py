@@ -15,36 +15,22 @@ at temperature 1 with classifier-free guidance, in batches, with interleaved tim
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import torch
-
-from ..metrics import Judge, frechet_distance, within_spread
-from .harness import Method, RunResult, baseline_drift, machine_description, per_rep_ratio, run_interleaved, with_spread
+from ..metrics import Judge
+from .harness import TOKEN_COLUMNS, Method, RunResult, fmt, markdown_table, per_rep_ratio, with_spread
 from .peers import hf_generate
-from .quality import bench_conditions, real_features
+from .quality import QUALITY_COLUMNS, SampledRow, bench_conditions, run_sampling_bench, seeded_methods
 
 
-@dataclass
-class ImageARRow:
-    method: str
-    family: str  # "ar" (plain sampling) or "mmspec"
-    lossless: bool
-    params: dict
+@dataclass(kw_only=True)
+class ImageARRow(SampledRow):
     step_compression: float  # tokens per target call of an image (plain = 1)
     batch_step_compression: float  # tokens per target call of a batch (the slowest row decides)
-    images_per_s: float
-    seconds_median: float
     speedup_vs_ar: float
     speedup_vs_hf: float
-    condition_accuracy: float
-    frechet_distance: float
-    within_spread: bool | None = None  # both quality figures within the plain-AR run-to-run spread
-    extras: dict = field(default_factory=dict)
     speedup_vs_ar_range: tuple[float, float] | None = None  # min-max of the per-repetition ratios
     speedup_vs_hf_range: tuple[float, float] | None = None
-    unstable_baseline: bool = False  # plain throughput drifted by more than 20 % across repetitions
 
 
 def image_ar_methods(spec, *, window: int = 32, init: str = "repeat", deltas=(0.1, 0.2, 0.4, 0.8),
@@ -78,79 +64,49 @@ def bench_image_ar(models, *, per_class: int = 4, batch: int = 54, reps: int = 3
     from ..modalities.image_ar import IMAGE_AR_METHODS, codes_to_images
 
     spec = models.speculator(cfg_scale=cfg_scale)
-    judge = Judge(models.judge)
     labels = bench_conditions(per_class, classes)
-    batches = [labels[i : i + batch] for i in range(0, len(labels), batch)]
     configs = image_ar_methods(spec, window=window, plain_runs=plain_runs)
     if only:
         configs = [c for c in configs if c[1] == "plain" or any(o in c[0] for o in only)]
 
-    def make_run(method: str, kw: dict):
-        kw = dict(kw)
-        offset = kw.pop("seed_offset", 0)
-
-        def run(x: dict) -> RunResult:
-            out = spec.generate(x["labels"], method, temperature=1.0, seed=x["seed"] + offset, decode=False, **kw)
-            forwards = out.stats.row_forwards or [out.stats.target_forwards] * len(x["labels"])
-            return RunResult(out.codes, out.codes.numel(), sum(forwards), batch_forwards=out.stats.target_forwards)
-
-        return run
-
-    methods = [Method(name, "ar" if m == "plain" else "mmspec", m, IMAGE_AR_METHODS.get(m).lossless, make_run(m, kw), kw)
-               for name, m, kw in configs]  # fmt: skip
+    def result_of(method: str, kw: dict, labels: list[int], seed: int) -> RunResult:
+        out = spec.generate(labels, method, temperature=1.0, seed=seed, decode=False, **kw)
+        forwards = out.stats.row_forwards or [out.stats.target_forwards] * len(labels)
+        return RunResult(out.codes, out.codes.numel(), sum(forwards), batch_forwards=out.stats.target_forwards)
 
     def run_hf(x: dict) -> RunResult:
         codes = hf_generate(spec, spec.prefix_ids(x["labels"]), cfg_scale=cfg_scale, seed=x["seed"])
         return RunResult(codes, codes.numel(), codes.numel(), batch_forwards=codes.shape[1])
 
-    methods.insert(plain_runs, Method("HF generate (CFG, sampling)", "hf", "none", True, run_hf, {}))
-    inputs = [{"labels": b, "seed": 17 + i} for i, b in enumerate(batches)]
-    seconds, results, _ = run_interleaved(methods, inputs, reps, progress=progress)
-
-    real = real_features(judge, labels)
-    quality = {}
-    for m in methods:
-        codes = torch.cat([r.new_tokens for r in results[m.name]])  # [N, 64]
-        quality[m.name] = judge.quality(lambda a, b: codes_to_images(spec.vq, codes[a:b], spec.grid), labels, real)
-    plain_names = [m.name for m in methods if m.family == "ar"]  # the plain runs (different seeds)
-    n_images = len(labels)
-    ips = {k: n_images / statistics.median(v) for k, v in seconds.items()}
-    unstable = baseline_drift(seconds, plain_names) > 0.2
-    acc_p = [quality[n][0] for n in plain_names]
-    fd_p = [quality[n][1] for n in plain_names]
-
+    methods = seeded_methods(configs, IMAGE_AR_METHODS, "ar", result_of)
+    peer = "HF generate (CFG, sampling)"
+    methods.insert(plain_runs, Method(peer, "hf", "none", True, run_hf, {}))
+    results, judged = run_sampling_bench(methods, labels, batch, reps, Judge(models.judge),
+                                         lambda codes: codes_to_images(spec.vq, codes, spec.grid), progress)  # fmt: skip
     rows = []
     for m in methods:
         rs = results[m.name]
-        acc, fd = quality[m.name]
         tokens = sum(r.committed for r in rs)
-        ok = within_spread(acc, acc_p)
-        vs_ar, vs_hf = per_rep_ratio(seconds, m.name, plain_names), per_rep_ratio(seconds, m.name, ["HF generate (CFG, sampling)"])
+        vs_ar, vs_hf = per_rep_ratio(judged.seconds, m.name, judged.plain), per_rep_ratio(judged.seconds, m.name, [peer])
         rows.append(ImageARRow(
-            method=m.name, family=m.family, lossless=m.lossless, params={k: v for k, v in m.params.items() if k != "seed_offset"},
-            step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
+            **judged.row(m), step_compression=round(tokens / max(1, sum(r.verify_forwards for r in rs)), 3),
             batch_step_compression=round(tokens / max(1, sum(r.batch_forwards * r.new_tokens.shape[0] for r in rs)), 3),
-            images_per_s=round(ips[m.name], 2), seconds_median=round(statistics.median(seconds[m.name]), 3),
-            speedup_vs_ar=round(vs_ar.median, 3), speedup_vs_hf=round(vs_hf.median, 3), condition_accuracy=round(acc, 4),
-            frechet_distance=round(fd, 3), within_spread=None if ok is None else bool(ok and within_spread(fd, fd_p)),
-            speedup_vs_ar_range=vs_ar.range, speedup_vs_hf_range=vs_hf.range, unstable_baseline=unstable,
+            speedup_vs_ar=round(vs_ar.median, 3), speedup_vs_hf=round(vs_hf.median, 3),
+            speedup_vs_ar_range=vs_ar.range, speedup_vs_hf_range=vs_hf.range,
         ))  # fmt: skip
-    floor = frechet_distance(real_features(judge, labels, seed_offset=5_000_000), real)
-    meta = {"machine": machine_description(), "images": n_images, "batch": batch, "reps": reps, "cfg_scale": cfg_scale,
-            "temperature": 1.0, "window": window, "plain_accuracy": acc_p, "plain_frechet": fd_p,
-            "real_vs_real_frechet": round(floor, 3)}  # fmt: skip
-    return rows, meta
+    return rows, {**judged.meta, "batch": batch, "reps": reps, "cfg_scale": cfg_scale, "temperature": 1.0, "window": window}
+
+
+IMAGE_AR_COLUMNS = [
+    *TOKEN_COLUMNS[:2], ("step compression (per image)", lambda r: fmt(r.step_compression)),
+    ("per batch", lambda r: fmt(r.batch_step_compression)), ("images/s", lambda r: fmt(r.images_per_s, ".1f")),
+    ("wall speedup vs plain", lambda r: with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)),
+    ("vs HF generate", lambda r: with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)), *QUALITY_COLUMNS,
+]  # fmt: skip
 
 
 def image_ar_table(rows: list[ImageARRow]) -> str:
-    lines = ["| method | lossless | step compression (per image) | per batch | images/s | wall speedup vs plain | vs HF generate | "
-             "condition accuracy | Fréchet distance | quality within plain spread |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        spread = "—" if r.within_spread is None or r.family != "mmspec" else ("yes" if r.within_spread else "no")
-        lines.append(f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.step_compression:.2f} | {r.batch_step_compression:.2f} | "
-                     f"{r.images_per_s:.1f} | {with_spread(r.speedup_vs_ar, r.speedup_vs_ar_range)} | {with_spread(r.speedup_vs_hf, r.speedup_vs_hf_range)} | {r.condition_accuracy:.3f} | {r.frechet_distance:.2f} | "
-                     f"{spread} |")  # fmt: skip
-    return "\n".join(lines)
+    return markdown_table(rows, IMAGE_AR_COLUMNS)
 
 
 def save_sweep_plot(rows: list[ImageARRow], path, meta: dict) -> None:

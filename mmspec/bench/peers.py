@@ -11,7 +11,7 @@ import torch
 
 from ..config import SpecConfig
 from ..modalities.vlm import VLMSpeculator
-from .harness import RunResult
+from .harness import Method, RunResult
 
 
 class ForwardCounter:
@@ -91,6 +91,22 @@ class Runners:
                              rounds=len(rounds))  # fmt: skip
 
         return run
+
+    def spec(self, name: str, source: str, drafter, params: dict | None = None, **cfg) -> Method:
+        """An mmspec row: ``drafter`` with the target under ``SpecConfig(**cfg)``."""
+        return Method(name, "mmspec", source, True, self.mm(drafter, **cfg), params or {})
+
+    def assisted(self, label: str, source: str, assistant, ks) -> list[Method]:
+        """HF assisted generation with ``assistant``: a constant schedule at each K of ``ks``, then HF's defaults
+        (heuristic schedule, confidence threshold)."""
+        const = {"num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+        rows = [Method(f"HF assisted {label} K={k}", "hf", source, True,
+                       self.hf_assisted(assistant, num_assistant_tokens=k, **const), {"K": k}) for k in ks]  # fmt: skip
+        return rows + [Method(f"HF assisted {label} (HF defaults)", "hf", source, True, self.hf_assisted(assistant),
+                              {"defaults": True})]  # fmt: skip
+
+    def prompt_lookup(self, k: int = 4) -> Method:
+        return Method(f"HF prompt lookup K={k}", "hf", "ngram", True, self.hf(prompt_lookup_num_tokens=k), {"K": k})
 
 
 @torch.no_grad()

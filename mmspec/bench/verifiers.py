@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from .harness import machine_description
+from .harness import machine_description, save_json
 
 FAMILIES = ("exact", "tolerance", "action", "codebook", "phrase", "spans", "jacobi", "continuous.reflection", "continuous.density",
             "continuous.forecast")  # modules of mmspec.verifiers with bench_cases
@@ -70,10 +68,7 @@ def bench_verifiers(*, batch: int = 8, k: int = 8, vocab: int = 16384, reps: int
     meta = {"benchmark": "verifiers", "batch": batch, "k": k, "vocab_or_dim": vocab, "reps": reps,
             "machine": machine_description() + " (timed with 1 torch thread)"}  # fmt: skip
     if json_path:
-        path = Path(json_path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-        tmp.replace(path)
+        save_json(rows, json_path, meta)
     return rows, meta
 
 

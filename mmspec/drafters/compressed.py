@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 
 from ..drafting.compression import COMPRESSORS, visual_attention_scores
 from ..registry import Registry
@@ -108,6 +109,9 @@ def text_embeddings(model, input_ids) -> torch.Tensor:
     return model.get_input_embeddings()(input_ids)
 
 
+SETUP_STEPS = ("drafter set-up: embed", "drafter set-up: compress", "drafter set-up: LM prefill")  # profiler labels
+
+
 class CompressedDraftSession(ModelDraftSession):
     def __init__(self, drafter: "CompressedVLMDrafter", request: DraftRequest):
         model = drafter.model
@@ -115,14 +119,15 @@ class CompressedDraftSession(ModelDraftSession):
         self.sampling, self.need_probs = request.sampling, request.need_probs
         ids, mask = request.input_ids, request.attention_mask
         positions = self.runner.prompt_positions(ids, mask, request.model_kwargs)  # [B, T] or [3, B, T] (M-RoPE)
-        if drafter.source == "drafter":
-            embeds = prompt_embeddings(model, ids, mask, positions, request.model_kwargs)  # [B, T, D] its own view
-            source = None
-        else:  # the target's view: no vision tower here, the text is embedded by the drafter
-            if request.target_runner is None:
-                raise ValueError(f"CompressedVLMDrafter(source={drafter.source!r}): needs the engine's target runner")
-            source = TARGET_VIEWS.get(drafter.source)(request.target_runner)  # [B, T, E]
-            embeds = text_embeddings(model, ids)  # [B, T, D]
+        with record_function(SETUP_STEPS[0]):
+            if drafter.source == "drafter":
+                embeds = prompt_embeddings(model, ids, mask, positions, request.model_kwargs)  # [B, T, D] its own view
+                source = None
+            else:  # the target's view: no vision tower here, the text is embedded by the drafter
+                if request.target_runner is None:
+                    raise ValueError(f"CompressedVLMDrafter(source={drafter.source!r}): needs the engine's target runner")
+                source = TARGET_VIEWS.get(drafter.source)(request.target_runner)  # [B, T, E]
+                embeds = text_embeddings(model, ids)  # [B, T, D]
         grid = drafter.grid or visual_grid(model, request.model_kwargs)
 
         def compress(visual_tokens, visual_mask, carry):
@@ -131,14 +136,13 @@ class CompressedDraftSession(ModelDraftSession):
                 scores = visual_attention_scores(model, ids, mask, visual_mask, position_ids=positions, **request.model_kwargs)
             return drafter.compressor(visual_tokens, drafter.budget, scores=scores, grid=grid, carry=carry)
 
-        if self.runner.mrope:  # 3-D rotary positions travel with the visual tokens they belong to
-            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress, positions.permute(1, 2, 0),
-                                  visual_source=source)  # fmt: skip
-            self.runner.prefill(None, out.mask, inputs_embeds=out.embeds, position_ids=out.positions.permute(2, 0, 1))
-        else:  # 1-D positions: the compressed prompt is renumbered contiguously
-            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, lambda v, m, c: compress(v, m, None),
-                                  visual_source=source)  # fmt: skip
-            self.runner.prefill(None, out.mask, inputs_embeds=out.embeds)
+        mrope = self.runner.mrope  # 3-D rotary positions travel with the visual tokens they belong to; 1-D: renumbered
+        with record_function(SETUP_STEPS[1]):
+            out = compress_prompt(embeds, ids, mask, request.placeholder_ids, compress if mrope else lambda v, m, c: compress(v, m, None),
+                                  positions.permute(1, 2, 0) if mrope else None, visual_source=source)  # fmt: skip
+        with record_function(SETUP_STEPS[2]):
+            self.runner.prefill(None, out.mask, inputs_embeds=out.embeds,
+                                **({"position_ids": out.positions.permute(2, 0, 1)} if mrope else {}))  # fmt: skip
         self.visual_tokens = drafter.budget
         self.carry = ids.new_zeros((ids.shape[0], 0))
         self._feed, self._k = self.carry, 0

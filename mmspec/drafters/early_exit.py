@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..models import decoder_of, output_logits
+from ..models import decoder_of, output_logits, with_cache
 from ..runner import ModelRunner
 from ..types import LayerReuse, Proposal
 from .base import DRAFTERS, DraftRequest, Drafter
@@ -66,7 +66,7 @@ class EarlyExitRunner(ModelRunner):
                                               **model_kwargs)  # fmt: skip
                 else:  # text steps: the decoder stack alone (a VLM wrapper adds nothing to them), then the head
                     h = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                past_key_values=self.cache, use_cache=True).last_hidden_state  # fmt: skip
+                                use_cache=True, **with_cache(decoder, self.cache)).last_hidden_state  # fmt: skip
                     logits = output_logits(self.model, h[:, -logits_to_keep:] if logits_to_keep else h)
             finally:
                 handle.remove()

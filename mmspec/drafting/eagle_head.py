@@ -11,7 +11,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.masking_utils import create_causal_mask
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from ..models import text_config_of
+from ..models import text_config_of, with_cache
 
 
 class EagleHead(torch.nn.Module, PyTorchModelHubMixin):
@@ -54,7 +54,7 @@ class EagleHead(torch.nn.Module, PyTorchModelHubMixin):
         if position_ids is None:
             position_ids = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
         mask = create_causal_mask(config=self.layer_config, inputs_embeds=h, attention_mask=attention_mask,
-                                  past_key_values=cache, position_ids=position_ids)  # fmt: skip
-        out = self.layer(h, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                                  position_ids=position_ids, **with_cache(create_causal_mask, cache))  # fmt: skip
+        out = self.layer(h, attention_mask=mask, position_ids=position_ids, **with_cache(self.layer, cache),
                          use_cache=cache is not None, position_embeddings=self.rotary(h, position_ids))  # fmt: skip
         return out[0] if isinstance(out, tuple) else out

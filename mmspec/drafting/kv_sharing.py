@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import new_cache
-from ..models import eager_attention
+from ..models import eager_attention, with_cache
 
 
 def visual_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor, placeholder_ids) -> torch.Tensor:
@@ -49,7 +49,7 @@ def layer_visual_scores(runner, input_ids, attention_mask, visual: torch.Tensor,
     positions = runner.prompt_positions(input_ids, attention_mask, model_kwargs)[..., t - rows :]
     with eager_attention(runner.model):
         out = runner.model(input_ids=input_ids[:, t - rows :], attention_mask=attention_mask, position_ids=positions,
-                           past_key_values=view, use_cache=True, output_attentions=True, logits_to_keep=1)  # fmt: skip
+                           use_cache=True, output_attentions=True, logits_to_keep=1, **with_cache(runner.model, view))  # fmt: skip
     n = int(counts[0])
     scores = [a.float().mean(dim=(1, 2))[visual].view(b, n) for a in out.attentions]  # each [B, N]
     return torch.stack(scores)  # [L, B, N]

@@ -47,6 +47,7 @@ from ..drafters.jacobi import JacobiDrafter
 from ..drafters.model import ModelDrafter
 from ..engine import SpeculativeEngine
 from ..registry import Registry
+from ..models import with_cache
 from ..runner import ModelRunner
 from ..sampling import SamplingParams, sample_tokens
 from ..types import GenerationOutput, SpecStats
@@ -100,10 +101,11 @@ class ClassifierFreeGuidance(torch.nn.Module):
     def set_attn_implementation(self, impl):
         self.model.set_attn_implementation(impl)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None, past_key_values=None,
+    def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None, cache=None, past_key_values=None,
                 **kwargs) -> CausalLMOutputWithPast:  # fmt: skip
         b = input_ids.shape[0]
-        if past_key_values is None or past_key_values.get_seq_length() == 0:  # prefill: the condition prefix
+        cache = cache if cache is not None else past_key_values  # the cache, under either transformers keyword
+        if cache is None or cache.get_seq_length() == 0:  # prefill: the condition prefix
             if input_ids.shape[1] != self.null_prompt.numel():
                 raise ValueError(f"input_ids: with classifier-free guidance the prompt must be the condition prefix of "
                                  f"{self.null_prompt.numel()} tokens (the null prompt's length), got {input_ids.shape[1]}")  # fmt: skip
@@ -116,9 +118,9 @@ class ClassifierFreeGuidance(torch.nn.Module):
         if position_ids is not None:
             position_ids = torch.cat([position_ids, position_ids], dim=-2)  # [2B, L] (M-RoPE: [3, 2B, L])
         out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, **kwargs)  # fmt: skip
+                         **with_cache(self.model, cache), **kwargs)  # fmt: skip
         cond, uncond = out.logits.float().chunk(2, dim=0)  # [B, L, V] each
-        return CausalLMOutputWithPast(logits=uncond + self.guidance_scale * (cond - uncond), past_key_values=out.past_key_values)
+        return CausalLMOutputWithPast(logits=uncond + self.guidance_scale * (cond - uncond))
 
 
 # ----------------------------------------------------------------------------------------------------------------
