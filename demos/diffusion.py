@@ -56,7 +56,7 @@ def main(argv=None) -> None:
                              squeeze=False, layout="constrained")  # fmt: skip
     for i, (title, out, seconds) in enumerate(rows):
         st = out.stats
-        speed = f"{seconds:.2f} s, {plain_s / seconds:.2f}x, {st.round_compression:.2f} steps/call"
+        speed = f"{seconds:.2f} s, {plain_s / seconds:.2f}x, {st.batch_compression:.2f} steps/call"
         print(f"{title:26s} {speed:40s} rounds={st.rounds} evals/sample={st.target_rows / len(conditions):.0f} "
               f"lossless={out.lossless}")  # fmt: skip
         for j, image in enumerate(out.images):

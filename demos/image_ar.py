@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     fig, axes = plt.subplots(len(rows), len(conditions), figsize=(1.5 * len(conditions) + 1.6, 1.55 * len(rows)),
                              squeeze=False, layout="constrained")  # fmt: skip
     for i, (title, out, seconds) in enumerate(rows):
-        speed = f"{seconds * 1000:.0f} ms, {plain_s / seconds:.2f}x, {out.step_compression:.2f} tok/call"
+        speed = f"{seconds * 1000:.0f} ms, {plain_s / seconds:.2f}x, {out.stats.compression:.2f} tok/call"
         print(f"{title:28s} {speed:40s} lossless={out.lossless}")
         for j, image in enumerate(out.images):
             ax = axes[i, j]

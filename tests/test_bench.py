@@ -71,9 +71,9 @@ def test_bench_video_cost_breakdowns(capsys):
 
     main(["bench", "video", "--drafter-prefill"])
     out = capsys.readouterr().out
-    assert "LM prefill, grid-pooled" in out and "prompt tokens, compressed: 21" in out
-    # the bundled adaptor reads the target's features: its drafter set-up and its parts are reported
-    assert "set-up, query adaptor 16 (target-features):" in out and "LM prefill, adaptor" in out
+    assert "set-up, grid-pool 16: LM prefill:" in out and "prompt tokens, grid-pool 16: 21" in out
+    # the bundled adaptor reads the target's features: its drafter set-up and its parts (timed inside the session)
+    assert "set-up, query adaptor 16 (target-features):" in out and "set-up, query adaptor 16 (target-features): LM prefill:" in out
     other = str(ZOO.get("shapes-video").path)  # another copy's adaptor drafter, timed in the same loop
     main(["bench", "video", "--drafter-prefill", "--compare-zoo-path", other])
     out = capsys.readouterr().out

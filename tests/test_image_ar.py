@@ -106,7 +106,7 @@ def law_pvalue(method: str, grid=(2, 2), rows_per_call: int = ROWS, **kw) -> tup
                             decode=False, **kw)  # fmt: skip
         codes.append(out.codes)
         tokens += out.codes.numel()
-        forwards += out.codes.numel() / out.step_compression
+        forwards += out.codes.numel() / out.stats.compression
     joint = exact_joint(spec.target, prefix[:1], grid[0] * grid[1], 2.0, SAMPLING)
     return chi2_pvalue(torch.cat(codes), joint), tokens / forwards
 
@@ -166,7 +166,7 @@ def test_every_method_gives_exactly_h_times_w_codes(method):
         out = spec.generate([0, 1, 0], method, seed=window, num_draft_tokens=k)
         assert out.codes.shape == (3, 9) and int(out.codes.max()) < CODES
         assert len(out.images) == 3 and out.images[0].size == (6, 6)
-        assert out.stats.target_forwards <= 9 and out.step_compression >= 1.0
+        assert out.stats.target_forwards <= 9 and out.stats.compression >= 1.0
         assert out.lossless == (method not in ("lantern", "lantern-jacobi", "gsd"))
 
 

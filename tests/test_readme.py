@@ -18,10 +18,10 @@ def test_readme_examples_run():
         out = scope["out"]
         if hasattr(out, "texts"):  # text generation (VLM, video)
             assert out.texts and out.stats.mean_accepted_tokens >= 1.0
-        elif hasattr(out, "step_compression"):  # image AR
-            assert out.images and out.step_compression >= 1.0
+        elif hasattr(out, "codes"):  # image AR
+            assert out.images and out.stats.compression >= 1.0
         else:  # diffusion
-            assert out.images and out.stats.round_compression >= 1.0 and out.lossless
+            assert out.images and out.stats.batch_compression >= 1.0 and out.lossless
 
 
 def test_readme_verifier_table_is_current():

@@ -162,16 +162,6 @@ class ImageAROutput:
     method: str
     lossless: bool
 
-    @property
-    def step_compression(self) -> float:
-        """Tokens per sequential target call of an image (plain AR = 1.0): ``stats.compression``."""
-        return self.stats.compression
-
-    @property
-    def batch_step_compression(self) -> float:
-        """Tokens per target call of the batch (the slowest row decides): ``stats.batch_compression``."""
-        return self.stats.batch_compression
-
 
 @dataclass(frozen=True)
 class ImageARMethod:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..kernels import greedy_chain, speculative_chain
@@ -64,25 +66,22 @@ class SpeculativeSamplingVerifier(Verifier):
     lossless = True
     supports_trees = True
     paper = "Leviathan et al. 2023; Chen et al. 2023"
+    one_hot = False  # treat every draft as one-hot (q = 1 at x), whatever the drafter proposes
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
+        if self.one_hot:
+            proposal = dataclasses.replace(proposal, probs=None)
         if proposal.is_tree:
             return verify_tree_sampling(proposal, scores, generator)
         return _residual_rule(proposal, scores, generator, proposal.probs)
 
 
 @VERIFIERS.register("deterministic")
-class DeterministicDraftVerifier(Verifier):
+class DeterministicDraftVerifier(SpeculativeSamplingVerifier):
     """Speculative sampling for drafts without distributions (n-gram, prompt lookup, argmax drafters)."""
 
-    lossless = True
-    supports_trees = True
     paper = "METHODS.md §1 (one-hot q); prompt lookup decoding"
-
-    def verify(self, proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
-        if proposal.is_tree:
-            return verify_tree_sampling(Proposal(proposal.tokens, None, proposal.parents), scores, generator)
-        return _residual_rule(proposal, scores, generator, None)
+    one_hot = True
 
 
 @VERIFIERS.register("multi-draft")

@@ -102,3 +102,25 @@ def pretrained(cls, path: Path, **kwargs):
         what += ("; " if what else "") + (f"tensors of the wrong shape {[m[0] for m in mismatched][:6]}" if mismatched else "")
         raise WeightsIntegrityError(f"{path}: the checkpoint does not fill {cls.__name__}: {what}")
     return model
+
+
+def load_model(cls, path: Path, dtype=None, device="cpu", *, optional: bool = False):
+    """:func:`pretrained` in ``dtype`` on ``device``, in eval mode (transformers, diffusers and hub-mixin classes);
+    ``optional``: None when ``path`` holds no model."""
+    from huggingface_hub import PyTorchModelHubMixin
+
+    path = Path(path)
+    if optional and not (path / "config.json").exists():
+        return None
+    if issubclass(cls, PyTorchModelHubMixin):
+        return pretrained(cls, path).to(device=device, dtype=dtype).eval()
+    key = "torch_dtype" if cls.__module__.startswith("diffusers") else "dtype"
+    return pretrained(cls, path, **({key: dtype} if dtype is not None else {})).to(device).eval()
+
+
+def require_weights(path: Path, entry: str, part: str = "target") -> Path:
+    """``path`` when it holds the entry's ``part``; else a FileNotFoundError saying how to train it."""
+    path = Path(path)
+    if not (path / part / "config.json").exists():
+        raise FileNotFoundError(f"zoo entry {entry}: no weights at {path}; run `mmspec zoo train {entry}`")
+    return path

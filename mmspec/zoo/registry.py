@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from ..registry import Registry
-from .integrity import pretrained, verify
+from .integrity import load_model, verify
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -40,8 +40,6 @@ def load(name: str, dtype=torch.float32, device="cpu", *, path=None, verify_weig
 
 
 def load_eagle(path: Path, dtype, device):
-    if not (path / "eagle" / "config.json").exists():
-        return None
     from ..drafting.eagle_head import EagleHead
 
-    return pretrained(EagleHead, path / "eagle").to(device=device, dtype=dtype).eval()
+    return load_model(EagleHead, path / "eagle", dtype, device, optional=True)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..training import count_parameters, fit
-from .integrity import pretrained, write_card
+from .integrity import load_model, require_weights, write_card
 from .registry import WEIGHTS, ZOO, ZooEntry
 from .shapes_t2i import IMAGE_SIZE, NUM_CLASSES, example, to_condition, to_tensor
 
@@ -153,17 +153,11 @@ def _load_shapes_ddpm(path: Path, dtype=torch.float32, device="cpu") -> ShapesDD
     from diffusers import DDPMScheduler, UNet2DModel
     from transformers import ResNetForImageClassification
 
-    path = Path(path)
-    if not (path / "unet" / "config.json").exists():
-        raise FileNotFoundError(f"zoo entry shapes-ddpm: no weights at {path}; run `mmspec zoo train shapes-ddpm`")
-    judge_dir = WEIGHTS / "shapes-t2i" / "judge"
-    judge = None
-    if (judge_dir / "config.json").exists():
-        judge = pretrained(ResNetForImageClassification, judge_dir, dtype=dtype).to(device).eval()
+    path = require_weights(path, "shapes-ddpm", "unet")
     return ShapesDDPM(
-        unet=pretrained(UNet2DModel, path / "unet", torch_dtype=dtype).to(device).eval(),
+        unet=load_model(UNet2DModel, path / "unet", dtype, device),
         scheduler=DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True),
-        judge=judge,
+        judge=load_model(ResNetForImageClassification, WEIGHTS / "shapes-t2i" / "judge", dtype, device, optional=True),
     )
 
 

@@ -32,7 +32,7 @@ from PIL import Image, ImageDraw
 
 from ..modalities.image_ar import codes_to_images, images_to_codes
 from ..training import count_parameters, fit
-from .integrity import pretrained, write_card
+from .integrity import load_model, require_weights, write_card
 from .registry import ZOO, ZooEntry
 from .shapes import COLORS, SHAPES, draw_shape
 
@@ -417,16 +417,12 @@ def _load_shapes_t2i(path: Path, dtype=torch.float32, device="cpu") -> ShapesT2I
     from diffusers import VQModel
     from transformers import LlamaForCausalLM, ResNetForImageClassification
 
-    path = Path(path)
-    if not (path / "target" / "config.json").exists():
-        raise FileNotFoundError(f"zoo entry shapes-t2i: no weights at {path}; run `mmspec zoo train shapes-t2i`")
-    load = dict(dtype=dtype)
-    optional = {name: (path / name / "config.json").exists() for name in ("drafter", "judge")}
+    path = require_weights(path, "shapes-t2i")
     return ShapesT2I(
-        vq=pretrained(VQModel, path / "vq", torch_dtype=dtype).to(device).eval(),
-        target=pretrained(LlamaForCausalLM, path / "target", **load).to(device).eval(),
-        drafter=pretrained(LlamaForCausalLM, path / "drafter", **load).to(device).eval() if optional["drafter"] else None,
-        judge=pretrained(ResNetForImageClassification, path / "judge", **load).to(device).eval() if optional["judge"] else None,
+        vq=load_model(VQModel, path / "vq", dtype, device),
+        target=load_model(LlamaForCausalLM, path / "target", dtype, device),
+        drafter=load_model(LlamaForCausalLM, path / "drafter", dtype, device, optional=True),
+        judge=load_model(ResNetForImageClassification, path / "judge", dtype, device, optional=True),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..training import count_parameters, fit
-from .integrity import pretrained, write_card
+from .integrity import load_model, require_weights, write_card
 from .registry import WEIGHTS, ZOO, ZooEntry
 from .shapes_video.data import FRAME_SIZE, NUM_FRAMES, build_processor, caption_accuracy, collate, example
 
@@ -83,12 +83,8 @@ class ShapesVideoLong:
 def _load_shapes_video_long(path: Path, dtype=torch.float32, device="cpu") -> ShapesVideoLong:
     from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
 
-    path = Path(path)
-    if not (path / "target" / "config.json").exists():
-        raise FileNotFoundError(f"zoo entry shapes-video-long: no weights at {path}; run "
-                                "`mmspec zoo train shapes-video-long`")  # fmt: skip
-    target = pretrained(Qwen2VLForConditionalGeneration, path / "target", dtype=dtype)
-    return ShapesVideoLong(target=target.to(device).eval(),
+    path = require_weights(path, "shapes-video-long")
+    return ShapesVideoLong(target=load_model(Qwen2VLForConditionalGeneration, path / "target", dtype, device),
                            processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True))  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .integrity import pretrained, write_card
+from .integrity import load_model, require_weights, write_card
 from .registry import ZOO, ZooEntry, load_eagle
 from .shapes import make_scene, vocabulary
 from ..metrics import exact_match_accuracy
@@ -288,15 +288,12 @@ class ShapesVLM:
 def _load_shapes_vlm(path: Path, dtype=torch.float32, device="cpu") -> ShapesVLM:
     from transformers import AutoProcessor, LlamaForCausalLM, LlavaForConditionalGeneration
 
-    path = Path(path)
-    if not (path / "target" / "config.json").exists():
-        raise FileNotFoundError(f"zoo entry shapes-vlm: no weights at {path}; run `mmspec zoo train shapes-vlm`")
-    load = dict(dtype=dtype)
+    path = require_weights(path, ENTRY)
     return ShapesVLM(
-        target=pretrained(LlavaForConditionalGeneration, path / "target", **load).to(device).eval(),
+        target=load_model(LlavaForConditionalGeneration, path / "target", dtype, device),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
-        drafter_vlm=pretrained(LlavaForConditionalGeneration, path / "drafter-vlm", **load).to(device).eval(),
-        drafter_text=pretrained(LlamaForCausalLM, path / "drafter-text", **load).to(device).eval(),
+        drafter_vlm=load_model(LlavaForConditionalGeneration, path / "drafter-vlm", dtype, device),
+        drafter_text=load_model(LlamaForCausalLM, path / "drafter-text", dtype, device),
         eagle=load_eagle(path, dtype, device),
     )
 

@@ -59,11 +59,6 @@ class DiffusionStats(Stats):
         return self.mean_accepted_tokens
 
     @property
-    def round_compression(self) -> float:
-        """Sampler steps per sequential target call (plain sampling = 1.00): ``batch_compression``."""
-        return self.batch_compression
-
-    @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 

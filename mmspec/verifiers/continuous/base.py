@@ -414,3 +414,16 @@ class ContinuousVerifier(Verifier):
     def verify(self, proposal, scores, generator: torch.Generator | None = None) -> ContinuousVerdict:
         self.check(proposal, scores)
         return self.core(proposal, scores, **self.draw(proposal, scores, generator))
+
+
+def core_vs_reference(name: str, make_inputs, batch: int = 8, k: int = 8, dim: int = 16384, seed: int = 0) -> list:
+    """``bench_cases`` of a continuous rule: its vectorised core and its reference loop on identical inputs
+    ``make_inputs(batch, k, dim, generator) -> (proposal, scores)`` and randomness (``mmspec bench verifiers``)."""
+    from ..base import VERIFIERS, BenchCase
+
+    g = torch.Generator().manual_seed(seed)
+    verifier = VERIFIERS.get(name)()
+    proposal, scores = make_inputs(batch, k, dim, g)
+    randomness = verifier.draw(proposal, scores, g)
+    return [BenchCase(name, lambda: verifier.core(proposal, scores, **randomness),
+                      lambda: verifier.reference(proposal, scores, **randomness))]  # fmt: skip

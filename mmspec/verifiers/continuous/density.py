@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ..base import VERIFIERS, BenchCase, first_rejection
+from ..base import VERIFIERS, first_rejection
 from .base import (
-    F64, ContinuousVerdict, BatchedDensity, GaussianDensity, GaussianMixtureDensity, DensityProposal, DensityScores, ContinuousVerifier, _check_int, _check_density_pair, _expect_shape,
+    core_vs_reference, F64, ContinuousVerdict, BatchedDensity, GaussianDensity, GaussianMixtureDensity, DensityProposal, DensityScores, ContinuousVerifier, _check_int, _check_density_pair, _expect_shape,
 )  # fmt: skip
 
 
@@ -228,11 +229,4 @@ def _bench_density(batch, k, dim, g):
     return DensityProposal(q.sample(g), q), DensityScores(p)
 
 
-def bench_cases(batch: int = 8, k: int = 8, dim: int = 16384, seed: int = 0) -> list[BenchCase]:
-    """The vectorised core and its reference loop on identical inputs and randomness (``mmspec bench verifiers``)."""
-    g = torch.Generator().manual_seed(seed)
-    verifier = VERIFIERS.get("density-ratio")()
-    proposal, scores = _bench_density(batch, k, dim, g)
-    randomness = verifier.draw(proposal, scores, g)
-    return [BenchCase("density-ratio", lambda: verifier.core(proposal, scores, **randomness),
-                      lambda: verifier.reference(proposal, scores, **randomness))]
+bench_cases = functools.partial(core_vs_reference, "density-ratio", _bench_density)  # (batch, k, dim, seed) -> [BenchCase]

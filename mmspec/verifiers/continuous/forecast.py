@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
-from ..base import VERIFIERS, BenchCase, first_rejection
+from ..base import VERIFIERS, first_rejection
 from .base import (
-    F64, ContinuousVerdict, ForecastProposal, ForecastScores, ContinuousVerifier, _compute_dtype, _check_number, _check_forecast_pair,
+    core_vs_reference, F64, ContinuousVerdict, ForecastProposal, ForecastScores, ContinuousVerifier, _compute_dtype, _check_number, _check_forecast_pair,
 )  # fmt: skip
 
 
@@ -125,11 +126,4 @@ def _bench_forecast(batch, k, dim, g):
     return ForecastProposal(forecast, torch.rand(batch, generator=g)), ForecastScores(check)
 
 
-def bench_cases(batch: int = 8, k: int = 8, dim: int = 16384, seed: int = 0) -> list[BenchCase]:
-    """The vectorised core and its reference loop on identical inputs and randomness (``mmspec bench verifiers``)."""
-    g = torch.Generator().manual_seed(seed)
-    verifier = VERIFIERS.get("forecast-gating")()
-    proposal, scores = _bench_forecast(batch, k, dim, g)
-    randomness = verifier.draw(proposal, scores, g)
-    return [BenchCase("forecast-gating", lambda: verifier.core(proposal, scores, **randomness),
-                      lambda: verifier.reference(proposal, scores, **randomness))]
+bench_cases = functools.partial(core_vs_reference, "forecast-gating", _bench_forecast)  # (batch, k, dim, seed) -> [BenchCase]

@@ -3,13 +3,14 @@ diffusion steps, De Bortoli et al. 2025)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
-from ..base import VERIFIERS, BenchCase, first_rejection
+from ..base import VERIFIERS, first_rejection
 from .base import (
-    F64, ContinuousVerdict, GaussianProposal, GaussianScores, ContinuousVerifier, _check_positive, _compute_dtype, _check_number, _check_gaussian_pair, _expect_shape,
+    core_vs_reference, F64, ContinuousVerdict, GaussianProposal, GaussianScores, ContinuousVerifier, _check_positive, _compute_dtype, _check_number, _check_gaussian_pair, _expect_shape,
 )  # fmt: skip
 
 
@@ -136,11 +137,4 @@ def _bench_gaussian(batch, k, dim, g):
     return GaussianProposal(m_p + sigma[..., None] * xi, m_p, xi, sigma), GaussianScores(m_q)
 
 
-def bench_cases(batch: int = 8, k: int = 8, dim: int = 16384, seed: int = 0) -> list[BenchCase]:
-    """The vectorised core and its reference loop on identical inputs and randomness (``mmspec bench verifiers``)."""
-    g = torch.Generator().manual_seed(seed)
-    verifier = VERIFIERS.get("reflection-coupling")()
-    proposal, scores = _bench_gaussian(batch, k, dim, g)
-    randomness = verifier.draw(proposal, scores, g)
-    return [BenchCase("reflection-coupling", lambda: verifier.core(proposal, scores, **randomness),
-                      lambda: verifier.reference(proposal, scores, **randomness))]
+bench_cases = functools.partial(core_vs_reference, "reflection-coupling", _bench_gaussian)  # (batch, k, dim, seed) -> [BenchCase]

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ from pathlib import Path
 import torch
 
 from ...training import count_parameters, fit
-from ..integrity import pretrained, write_card
+from ..integrity import load_model, require_weights, write_card
 from ..registry import ZOO, ZooEntry, load_eagle
 from .data import (DRAFTER_SIZES, ENTRY, FRAME_SIZE, NUM_FRAMES, TARGET_SIZES, build_processor, caption_accuracy, collate,
                    example, text_config, video_config)
@@ -184,7 +183,6 @@ def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr:
     adaptor.half().save_pretrained(out_dir / "adaptor")  # float16 on disk, like the models
     drafter.generation_config.pad_token_id = processor.tokenizer.pad_token_id
     drafter.to(torch.float16).save_pretrained(out_dir / "drafter-vlm")  # one drafter serves both views
-    shutil.rmtree(out_dir / "drafter-adaptor", ignore_errors=True)  # an earlier layout's separate copy
     after = caption_accuracy(drafter.float(), processor, n=8 if batch_size < 8 else 200)
     return {"parameters": count_parameters(adaptor), "queries": queries, "source": ADAPTOR_SOURCE,
             "drafter": "drafter-vlm, fine-tuned here on its full view and the adaptor's view together",
@@ -232,27 +230,19 @@ class ShapesVideo:
 def _load_shapes_video(path: Path, dtype=torch.float32, device="cpu") -> ShapesVideo:
     from transformers import AutoProcessor, LlamaForCausalLM, Qwen2VLForConditionalGeneration
 
-    path = Path(path)
-    if not (path / "target" / "config.json").exists():
-        raise FileNotFoundError(f"zoo entry shapes-video: no weights at {path}; run `mmspec zoo train shapes-video`")
-    load = dict(dtype=dtype)
-    eagle, adaptor, drafter_adaptor = load_eagle(path, dtype, device), None, None
-    drafter_vlm = pretrained(Qwen2VLForConditionalGeneration, path / "drafter-vlm", **load).to(device).eval()
-    if (path / "adaptor" / "config.json").exists():
-        from ...drafting.query_adaptor import QueryAdaptor
+    from ...drafting.query_adaptor import QueryAdaptor
 
-        adaptor = pretrained(QueryAdaptor, path / "adaptor").to(device=device, dtype=dtype).eval()
-        drafter_adaptor = drafter_vlm  # trained on both views; an older layout kept a separate copy:
-        if (path / "drafter-adaptor" / "config.json").exists():
-            drafter_adaptor = pretrained(Qwen2VLForConditionalGeneration, path / "drafter-adaptor", **load).to(device).eval()
+    path = require_weights(path, ENTRY)
+    drafter_vlm = load_model(Qwen2VLForConditionalGeneration, path / "drafter-vlm", dtype, device)
+    adaptor = load_model(QueryAdaptor, path / "adaptor", dtype, device, optional=True)
     return ShapesVideo(
-        target=pretrained(Qwen2VLForConditionalGeneration, path / "target", **load).to(device).eval(),
+        target=load_model(Qwen2VLForConditionalGeneration, path / "target", dtype, device),
         processor=AutoProcessor.from_pretrained(path / "target", local_files_only=True),
         drafter_vlm=drafter_vlm,
-        drafter_text=pretrained(LlamaForCausalLM, path / "drafter-text", **load).to(device).eval(),
+        drafter_text=load_model(LlamaForCausalLM, path / "drafter-text", dtype, device),
         adaptor=adaptor,
-        drafter_adaptor=drafter_adaptor,
-        eagle=eagle,
+        drafter_adaptor=drafter_vlm if adaptor is not None else None,  # trained on both views
+        eagle=load_eagle(path, dtype, device),
     )
 
 
