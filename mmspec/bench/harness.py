@@ -219,10 +219,11 @@ TOKEN_COLUMNS: list[Column] = [
 
 
 def markdown_table(rows: list, columns: list[Column] = TOKEN_COLUMNS) -> str:
-    """A Markdown table of bench rows (any row dataclass with ``unstable_baseline``), one column per ``columns``."""
+    """A Markdown table of bench rows (row dataclasses or dicts), one column per ``columns``; a note when the rows'
+    ``unstable_baseline`` flag is set."""
     lines = ["| " + " | ".join(header for header, _ in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in rows]
-    if rows and rows[0].unstable_baseline:
+    if rows and getattr(rows[0], "unstable_baseline", False):
         lines.append("\n**unstable baseline**: plain throughput drifted by more than 20 % across repetitions")
     return "\n".join(lines)
 

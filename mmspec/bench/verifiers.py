@@ -16,7 +16,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from .harness import machine_description, save_json
+from .harness import machine_description, markdown_table, save_json
 
 FAMILIES = ("exact", "tolerance", "action", "codebook", "phrase", "spans", "jacobi", "continuous.reflection", "continuous.density",
             "continuous.forecast")  # modules of mmspec.verifiers with bench_cases
@@ -90,11 +90,9 @@ def _run(cases, reps: int, batch: int, progress: bool) -> list[dict]:
 
 
 def markdown(rows, meta) -> str:
-    lines = [f"batch {meta['batch']} x K {meta['k']} x vocab (or state dim) {meta['vocab_or_dim']}, median of "
-             f"{meta['reps']} interleaved repetitions; {meta['machine']}", "",
-             "| verifier | family | vectorised rows/s | reference loop rows/s | speedup | same verdict |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        lines.append(f"| {r['verifier']} | {r['family']} | {r['rows_per_s']:.0f} | {r['reference_rows_per_s']:.0f} | "
-                     f"{r['speedup']:.1f}x | {'yes' if r['same_result'] else 'NO'} |")  # fmt: skip
-    return "\n".join(lines)
+    head = (f"batch {meta['batch']} x K {meta['k']} x vocab (or state dim) {meta['vocab_or_dim']}, median of "
+            f"{meta['reps']} interleaved repetitions; {meta['machine']}\n\n")  # fmt: skip
+    return head + markdown_table(rows, [
+        ("verifier", lambda r: r["verifier"]), ("family", lambda r: r["family"]),
+        ("vectorised rows/s", lambda r: f"{r['rows_per_s']:.0f}"), ("reference loop rows/s", lambda r: f"{r['reference_rows_per_s']:.0f}"),
+        ("speedup", lambda r: f"{r['speedup']:.1f}x"), ("same verdict", lambda r: "yes" if r["same_result"] else "NO")])  # fmt: skip

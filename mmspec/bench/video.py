@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .harness import Method, machine_description, run_token_bench, save_outputs
+from .harness import Method, machine_description, markdown_table, run_token_bench, save_outputs
 from .peers import Runners
 from .tokens import token_methods
 from ..drafters import CompressedVLMDrafter, ModelDrafter, STDDrafter
@@ -172,13 +172,11 @@ def std_scaling(target, contexts=(64, 256, 1024, 4096), keep: int = 16, k: int =
 
 
 def std_scaling_table(rows, keep: int, k: int) -> str:
-    lines = [f"| visual tokens in context | dense step ms | STD draft step ms (keep {keep}) | verify {k + 1} tokens ms | "
-             "draft / dense | tokens a round must commit to break even |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        lines.append(f"| {r['visual_tokens']} | {r['dense_ms']:.2f} | {r['sparse_ms']:.2f} | {r['verify_ms']:.2f} | "
-                     f"{r['draft_cost_ratio']:.2f} | {r['break_even_accepted']:.2f} (of at most {k + 1}) |")  # fmt: skip
-    return "\n".join(lines)
+    return markdown_table(rows, [
+        ("visual tokens in context", lambda r: str(r["visual_tokens"])), ("dense step ms", lambda r: f"{r['dense_ms']:.2f}"),
+        (f"STD draft step ms (keep {keep})", lambda r: f"{r['sparse_ms']:.2f}"),
+        (f"verify {k + 1} tokens ms", lambda r: f"{r['verify_ms']:.2f}"), ("draft / dense", lambda r: f"{r['draft_cost_ratio']:.2f}"),
+        ("tokens a round must commit to break even", lambda r: f"{r['break_even_accepted']:.2f} (of at most {k + 1})")])  # fmt: skip
 
 
 @torch.inference_mode()

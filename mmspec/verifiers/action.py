@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain
+from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain
 from .exact import bench_inputs
 
 
@@ -68,20 +68,12 @@ class ActionToleranceVerifier(Verifier):
 
 
 def reference_action_tolerance(x, logits, r, is_action) -> Verdict:
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for row in range(b):
-        n = k
-        for i in range(k):
-            best = int(logits[row, i].argmax())
-            action = True if is_action is None else bool(is_action[row, i])
-            ok = abs(int(x[row, i]) - best) <= int(r[row]) if action else int(x[row, i]) == best
-            if not ok:
-                n = i
-                break
-        n_out.append(n)
-        tok_out.append(int(logits[row, n].argmax()))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+    def accept(row, i):
+        best = int(logits[row, i].argmax())
+        action = True if is_action is None else bool(is_action[row, i])
+        return abs(int(x[row, i]) - best) <= int(r[row]) if action else int(x[row, i]) == best
+
+    return reference_chain(*x.shape, accept, lambda row, n: int(logits[row, n].argmax()))
 
 
 def adaptive_tolerance(recent: torch.Tensor, r_min: int = 0, r_max: int = 3, scale: float = 1.0) -> torch.Tensor:

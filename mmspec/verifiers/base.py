@@ -41,6 +41,13 @@ class Verifier:
 VERIFIERS: Registry[type[Verifier]] = Registry("verifier")
 
 
+def reference_chain(b: int, k: int, accept: Callable[[int, int], bool], stop: Callable[[int, int], int]) -> Verdict:
+    """The per-row, per-position reference loop of a chain rule (test oracles, the ``bench verifiers`` baseline):
+    row r accepts drafts while ``accept(r, i)``; ``stop(r, n)`` is its token at the first rejection n (or the bonus)."""
+    n_out = [next((i for i in range(k) if not accept(r, i)), k) for r in range(b)]
+    return Verdict(torch.tensor(n_out), torch.tensor([stop(r, n) for r, n in enumerate(n_out)]))
+
+
 def check_verifier(name, domains: tuple[str, ...], where: str) -> type[Verifier]:
     """The registered verifier class ``name`` if its domain is one of ``domains``; else a clear error naming the
     verifiers valid ``where``."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain, require_probs
+from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain,
+                   require_probs)
 from .exact import bench_inputs, draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
 
 
@@ -228,29 +229,22 @@ class GroupedSpeculativeVerifier(Verifier):
 
 
 def reference_gsd(x, p, q, window, prob_tol, embeddings, dist_threshold, u, e) -> Verdict:
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for row in range(b):
-        n = k
-        for i in range(k):
-            xi = int(x[row, i])
-            probs = p[row, i]
-            order = probs.argsort(descending=True, stable=True)  # one sort per position
-            rank = int((order == xi).nonzero())
-            mass_p = mass_q = 0.0
-            for y in order[max(0, rank - window) : rank + window + 1].tolist():
-                ok = abs(float(probs[y]) - float(probs[xi])) < prob_tol
-                if embeddings is not None:
-                    ok = ok and float((embeddings[y] - embeddings[xi]).norm()) < dist_threshold
-                if ok or y == xi:
-                    mass_p += float(probs[y])
-                    mass_q += (1.0 if y == xi else 0.0) if q is None else float(q[row, i, y])
-            if not float(u[row, i]) * mass_q <= mass_p:
-                n = i
-                break
-        n_out.append(n)
-        tok_out.append(reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+    def accept(row, i):
+        xi, probs = int(x[row, i]), p[row, i]
+        order = probs.argsort(descending=True, stable=True)  # one sort per position
+        rank = int((order == xi).nonzero())
+        mass_p = mass_q = 0.0
+        for y in order[max(0, rank - window) : rank + window + 1].tolist():
+            ok = abs(float(probs[y]) - float(probs[xi])) < prob_tol
+            if embeddings is not None:
+                ok = ok and float((embeddings[y] - embeddings[xi]).norm()) < dist_threshold
+            if ok or y == xi:
+                mass_p += float(probs[y])
+                mass_q += (1.0 if y == xi else 0.0) if q is None else float(q[row, i, y])
+        return float(u[row, i]) * mass_q <= mass_p
+
+    return reference_chain(*x.shape, accept, lambda row, n: reference_residual_sample(
+        p[row], None if q is None else q[row], x[row], n, e[row]))  # fmt: skip
 
 
 

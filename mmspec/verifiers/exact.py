@@ -9,7 +9,7 @@ import torch
 from ..kernels import greedy_chain, speculative_chain
 from ..kernels.chain import residual_weights, token_probs  # noqa: F401  (shared by the relaxed rules)
 from ..types import Proposal, TargetScores, Verdict
-from .base import VERIFIERS, BenchCase, Verifier
+from .base import VERIFIERS, BenchCase, Verifier, reference_chain
 from .tree import verify_tree_greedy, verify_tree_sampling
 
 
@@ -116,19 +116,13 @@ def reference_residual_sample(p_row, q_row, x_row, n: int, e_row) -> int:
 def reference_ratio_chain(x, p, q, u, e, accept) -> Verdict:
     """Per-row, per-position reference of the accept-then-residual chain: ``accept(p(x), q(x), u) -> bool`` at each
     draft position (q(x) = 1 for one-hot drafts), the residual sample at the first rejection (bonus if none)."""
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for row in range(b):
-        n = k
-        for i in range(k):
-            px = float(p[row, i, x[row, i]])
-            qx = 1.0 if q is None else float(q[row, i, x[row, i]])
-            if not accept(px, qx, float(u[row, i])):
-                n = i
-                break
-        n_out.append(n)
-        tok_out.append(reference_residual_sample(p[row], None if q is None else q[row], x[row], n, e[row]))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+
+    def accepted(row, i):
+        qx = 1.0 if q is None else float(q[row, i, x[row, i]])
+        return accept(float(p[row, i, x[row, i]]), qx, float(u[row, i]))
+
+    return reference_chain(*x.shape, accepted, lambda row, n: reference_residual_sample(
+        p[row], None if q is None else q[row], x[row], n, e[row]))  # fmt: skip
 
 
 def reference_speculative(x, p, q, u, e) -> Verdict:
@@ -136,13 +130,8 @@ def reference_speculative(x, p, q, u, e) -> Verdict:
 
 
 def reference_greedy(x, logits) -> Verdict:
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for row in range(b):
-        n = next((i for i in range(k) if int(x[row, i]) != int(logits[row, i].argmax())), k)
-        n_out.append(n)
-        tok_out.append(int(logits[row, n].argmax()))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+    return reference_chain(*x.shape, lambda row, i: int(x[row, i]) == int(logits[row, i].argmax()),
+                           lambda row, n: int(logits[row, n].argmax()))  # fmt: skip
 
 
 def greedy_core(x, logits) -> Verdict:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, require_chain, require_probs
+from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain,
+                   require_probs)
 from .exact import bench_inputs, draft_uniforms, reference_ratio_chain, residual_noise, residual_weights, token_probs
 
 
@@ -153,13 +154,7 @@ class LikelihoodMarginVerifier(Verifier):
 
 def reference_rank_rules(x, logits, p, e, accept_fn) -> Verdict:
     """Shared per-position reference for top-r / margin: accept_fn(row, i) -> bool."""
-    b, k = x.shape
-    n_out, tok_out = [], []
-    for r in range(b):
-        n = next((i for i in range(k) if not accept_fn(r, i)), k)
-        n_out.append(n)
-        tok_out.append(int((p[r, n].float() / e[r]).argmax()))
-    return Verdict(torch.tensor(n_out), torch.tensor(tok_out))
+    return reference_chain(*x.shape, accept_fn, lambda r, n: int((p[r, n].float() / e[r]).argmax()))
 
 
 def reference_top_r(x, logits, p, r, e) -> Verdict:
