@@ -20,9 +20,8 @@ from __future__ import annotations
 import torch
 
 from ..types import Verdict
-from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain,
-                   require_probs)
-from .exact import bench_inputs, draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
+from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain)
+from .exact import bench_inputs, chain_inputs, reference_residual_sample, residual_weights, token_probs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -113,12 +112,9 @@ class LanternVerifier(Verifier):
         self.neighbours, self.delta, self.lam = neighbours.long(), float(delta), lam
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        require_chain(proposal, "lantern")
-        p, x = require_probs(scores, "lantern"), proposal.tokens
+        x, p, u, e = chain_inputs(proposal, scores, generator, "lantern")
         if self.neighbours.shape[0] < p.shape[-1]:
             raise ValueError(f"neighbours: expected a row per vocabulary entry ({p.shape[-1]}), got {self.neighbours.shape[0]}")
-        u = draft_uniforms(x, generator)
-        e = residual_noise(p, generator)
         return lantern_core(x, p, proposal.probs, self.neighbours.to(x.device), self.delta, self.lam, u, e)
 
 
@@ -220,11 +216,8 @@ class GroupedSpeculativeVerifier(Verifier):
         self.ranks, self.prob_tol, self.embeddings, self.dist_threshold = ranks, float(prob_tol), embeddings, dist_threshold
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        require_chain(proposal, "gsd")
-        p, x = require_probs(scores, "gsd"), proposal.tokens
+        x, p, u, e = chain_inputs(proposal, scores, generator, "gsd")
         emb = None if self.embeddings is None else self.embeddings.to(x.device).float()
-        u = draft_uniforms(x, generator)
-        e = residual_noise(p, generator)
         return gsd_core(x, p, proposal.probs, self.ranks, self.prob_tol, emb, self.dist_threshold, u, e)
 
 

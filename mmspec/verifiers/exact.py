@@ -9,7 +9,7 @@ import torch
 from ..kernels import greedy_chain, speculative_chain
 from ..kernels.chain import residual_weights, token_probs  # noqa: F401  (shared by the relaxed rules)
 from ..types import Proposal, TargetScores, Verdict
-from .base import VERIFIERS, BenchCase, Verifier, reference_chain
+from .base import VERIFIERS, BenchCase, Verifier, reference_chain, require_chain, require_probs
 from .tree import verify_tree_greedy, verify_tree_sampling
 
 
@@ -38,6 +38,14 @@ def draft_uniforms(x: torch.Tensor, generator) -> torch.Tensor:
 def residual_noise(p: torch.Tensor, generator) -> torch.Tensor:
     """Exp(1) noise [B, V] for one exponential-race sample per row (exactly what :func:`sample` draws)."""
     return torch.empty((p.shape[0], p.shape[-1]), dtype=torch.float32, device=p.device).exponential_(generator=generator)
+
+
+def chain_inputs(proposal: Proposal, scores: TargetScores, generator, rule: str) -> tuple:
+    """A chain rule's inputs, with the clear errors (a tree, no probabilities): drafts x [B, K], target probabilities
+    p [B, K+1, V], and the randomness of exact speculative sampling in its order: uniforms u [B, K], noise e [B, V]."""
+    require_chain(proposal, rule)
+    p, x = require_probs(scores, rule), proposal.tokens
+    return x, p, draft_uniforms(x, generator), residual_noise(p, generator)
 
 
 def speculative_core(x, p, q, u, e) -> Verdict:

@@ -23,8 +23,8 @@ from typing import Iterable, Sequence
 import torch
 
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int, require_chain, require_probs
-from .exact import draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
+from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int
+from .exact import chain_inputs, reference_residual_sample, residual_weights, token_probs
 
 
 def _log(x: float) -> float:
@@ -286,10 +286,7 @@ class PhraseVerifier(Verifier):
         self.library = library
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        require_chain(proposal, "phrase")
-        p, x = require_probs(scores, "phrase"), proposal.tokens
-        u = draft_uniforms(x, generator)  # [B, K]
-        e = residual_noise(p, generator)  # [B, V]
+        x, p, u, e = chain_inputs(proposal, scores, generator, "phrase")
         return phrase_core(x, p, proposal.probs, self.library, u, e)
 
 

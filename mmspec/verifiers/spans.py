@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from ..types import Proposal, Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int, require_chain, require_probs
-from .exact import draft_uniforms, reference_residual_sample, residual_noise, residual_weights, token_probs
+from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int, require_chain
+from .exact import chain_inputs, reference_residual_sample, residual_weights, token_probs
 from .phrase import bench_inputs
 
 
@@ -199,12 +199,8 @@ class ConfidenceSkipVerifier(Verifier):
         self.threshold = float(threshold)
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        require_chain(proposal, "confidence-skip")
-        p, x = require_probs(scores, "confidence-skip"), proposal.tokens
-        confidence = draft_confidence(proposal)  # [B, K]
-        u = draft_uniforms(x, generator)  # [B, K]
-        e = residual_noise(p, generator)  # [B, V]
-        return confidence_skip_core(x, p, proposal.probs, confidence, self.threshold, u, e)
+        x, p, u, e = chain_inputs(proposal, scores, generator, "confidence-skip")
+        return confidence_skip_core(x, p, proposal.probs, draft_confidence(proposal), self.threshold, u, e)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import torch
 from ..types import Verdict
 from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain,
                    require_probs)
-from .exact import bench_inputs, draft_uniforms, reference_ratio_chain, residual_noise, residual_weights, token_probs
+from .exact import bench_inputs, chain_inputs, reference_ratio_chain, residual_noise, residual_weights, token_probs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -54,10 +54,7 @@ class SSDToleranceVerifier(Verifier):
         self.beta = float(beta)
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
-        require_chain(proposal, "ssd")
-        p, x = require_probs(scores, "ssd"), proposal.tokens
-        u = draft_uniforms(x, generator)  # [B, K]
-        e = residual_noise(p, generator)  # [B, V]
+        x, p, u, e = chain_inputs(proposal, scores, generator, "ssd")
         return ssd_core(x, p, proposal.probs, self.beta, u, e)
 
 
