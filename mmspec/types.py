@@ -110,25 +110,11 @@ class Stats:
       an image, sampler steps per call of a sample); ``batch_compression``: the same for the batch, which runs until
       its slowest row is done;
     - ``total_seconds``: wall time.
+
+    Each statistics class defines these (fields or properties); this base gives them one ``summary()``.
     """
 
     total_seconds: float = 0.0
-
-    @property
-    def num_rounds(self) -> int:
-        raise NotImplementedError  # each statistics class counts its own
-
-    @property
-    def mean_accepted_tokens(self) -> float:
-        raise NotImplementedError
-
-    @property
-    def compression(self) -> float:
-        raise NotImplementedError
-
-    @property
-    def batch_compression(self) -> float:
-        raise NotImplementedError
 
     def summary(self) -> dict:
         return {"rounds": self.num_rounds, "target_forwards": self.target_forwards,

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .vlm import VLMOutput, VLMSpeculator, _as_list, model_inputs, on_target
+from .vlm import VLMOutput, VLMSpeculator, _as_list, model_inputs, on_target, pair_prompts
 
 
 def sample_indices(total: int, num_frames: int | None) -> np.ndarray:
@@ -143,13 +143,7 @@ class VideoSpeculator(VLMSpeculator):
         """Processor inputs for a batch: one clip per prompt; prompts get the video placeholder if missing."""
         clips = [videos] if _is_clip(videos) else _as_list(videos, "video", object, "a clip")
         clips = [load_frames(c, num_frames or self.num_frames) for c in clips]
-        prompts = _as_list(prompts, "prompt", str, "a str")
-        if any(not p.strip() for p in prompts):
-            raise ValueError("prompt: expected a non-empty string, got an empty prompt")
-        if len(prompts) == 1 and len(clips) > 1:
-            prompts = prompts * len(clips)
-        if len(clips) != len(prompts):
-            raise ValueError(f"video/prompt: expected one clip per prompt, got {len(clips)} clips and {len(prompts)} prompts")
+        prompts = pair_prompts(clips, prompts, "video", "clip")
         token = self.processor.video_token
         prompts = [p if token in p else f"{self.video_placeholder} {p}" for p in prompts]
         enc = self.processor(videos=clips, text=prompts, padding=True, return_tensors="pt")

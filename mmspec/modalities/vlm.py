@@ -85,6 +85,17 @@ def on_target(target, enc: dict) -> dict:
     return {k: move(k, v) for k, v in enc.items()}
 
 
+def pair_prompts(media: list, prompts, kind: str, noun: str) -> list[str]:
+    """One prompt per image / clip (a single prompt is repeated); empty prompts and count mismatches are refused."""
+    prompts = _as_list(prompts, "prompt", str, "a str")
+    if any(not p.strip() for p in prompts):
+        raise ValueError("prompt: expected a non-empty string, got an empty prompt")
+    prompts = prompts * len(media) if len(prompts) == 1 and len(media) > 1 else prompts
+    if len(media) != len(prompts):
+        raise ValueError(f"{kind}/prompt: expected one {noun} per prompt, got {len(media)} {noun}s and {len(prompts)} prompts")
+    return prompts
+
+
 class VLMSpeculator:
     """Speculative decoding for image-text-to-text models (LLaVA, Qwen2-VL and other HF classes)."""
 
@@ -104,13 +115,7 @@ class VLMSpeculator:
     def prepare(self, images, prompts) -> dict:
         """Processor inputs for a batch; one image per prompt; prompts get the image placeholder if missing."""
         images = _as_list(images, "image", Image.Image, "a PIL.Image.Image")
-        prompts = _as_list(prompts, "prompt", str, "a str")
-        if any(not p.strip() for p in prompts):
-            raise ValueError("prompt: expected a non-empty string, got an empty prompt")
-        if len(prompts) == 1 and len(images) > 1:
-            prompts = prompts * len(images)
-        if len(images) != len(prompts):
-            raise ValueError(f"image/prompt: expected one image per prompt, got {len(images)} images and {len(prompts)} prompts")
+        prompts = pair_prompts(images, prompts, "image", "image")
         prompts = [p if self.image_token in p else f"{self.image_token} {p}" for p in prompts]
         # one list of images per prompt: processors that count images per sample (Gemma 3, Idefics3) need the nesting
         enc = self.processor(images=[[im.convert("RGB")] for im in images], text=prompts, padding=True, return_tensors="pt")

@@ -3,9 +3,9 @@ and hidden-state distillation, drafters, compressed drafters with their query ad
 
 from .distill import (compressed_forward, distill_compressed_drafter, distill_drafter, distill_eagle_head, eagle_loss,
                       feature_regression, kl_to_teacher)
-from .loops import count_parameters, fit, pack_answers
+from .loops import card_entry, count_parameters, fit, pack_answers
 
 __all__ = [
-    "compressed_forward", "count_parameters", "distill_compressed_drafter", "distill_drafter", "distill_eagle_head",
+    "card_entry", "compressed_forward", "count_parameters", "distill_compressed_drafter", "distill_drafter", "distill_eagle_head",
     "eagle_loss", "feature_regression", "fit", "kl_to_teacher", "pack_answers",
 ]  # fmt: skip

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from ..models import FeatureTap
-from .loops import fit
+from .loops import card_entry, fit
 
 
 def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor | None = None,
@@ -31,20 +31,19 @@ def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor, ma
         raise ValueError(f"student_logits: expected the teacher's shape {tuple(teacher_logits.shape)}, got {tuple(student_logits.shape)}")
     log_q = torch.log_softmax(student_logits.float() / temperature, -1)
     log_p = torch.log_softmax(teacher_logits.float() / temperature, -1)
-    kl = (log_p.exp() * (log_p - log_q)).sum(-1)  # [...]
-    if mask is None:
-        return kl.mean()
-    mask = mask.float()
-    return (kl * mask).sum() / mask.sum().clamp_min(1)
+    return _masked_mean((log_p.exp() * (log_p - log_q)).sum(-1), mask)  # KL per position [...]
 
 
 def feature_regression(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Smooth L1 between predicted and target features [..., H], averaged over (masked) positions."""
-    loss = torch.nn.functional.smooth_l1_loss(pred.float(), target.float(), reduction="none").mean(-1)  # [...]
+    return _masked_mean(torch.nn.functional.smooth_l1_loss(pred.float(), target.float(), reduction="none").mean(-1), mask)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``values [...]`` over the positions where ``mask [...]`` is set (all positions without a mask)."""
     if mask is None:
-        return loss.mean()
-    mask = mask.float()
-    return (loss * mask).sum() / mask.sum().clamp_min(1)
+        return values.mean()
+    return (values * mask.float()).sum() / mask.float().sum().clamp_min(1)
 
 
 @dataclass
@@ -134,6 +133,20 @@ def distill_eagle_head(head, target, batches: Callable[[random.Random], dict], *
     losses = fit(loss_fn, head.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
     head.eval()
     return losses
+
+
+def train_eagle_head(target, batches: Callable[[random.Random], dict], out_dir, *, intermediate_size: int, steps: int,
+                     lr: float, seed: int) -> dict:  # fmt: skip
+    """An EAGLE head on ``target`` (:mod:`mmspec.drafters.eagle`) distilled on its own features (``batches(rng)``:
+    model inputs, labels dropped), saved in float16 to ``out_dir``; returns its zoo card entry."""
+    from ..drafting.eagle_head import EagleHead
+
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target, intermediate_size=intermediate_size)
+    losses = distill_eagle_head(head, target, lambda rng: {k: v for k, v in batches(rng).items() if k != "labels"},
+                                steps=steps, lr=lr, seed=seed)  # fmt: skip
+    head.half().save_pretrained(out_dir)  # float16 on disk, like the models
+    return card_entry(head, losses, steps, lr)
 
 
 def compressed_forward(drafter, compressor, batch: dict, placeholder_ids,

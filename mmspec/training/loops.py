@@ -45,6 +45,12 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def card_entry(model, losses: list[float], steps: int, lr: float, **extra) -> dict:
+    """A trained model's entry in a zoo card: parameters, steps, peak lr, mean loss of the last 20 steps, ``extra``."""
+    return {"parameters": count_parameters(model), "steps": steps, "lr": lr,
+            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4), **extra}  # fmt: skip
+
+
 def pack_answers(tokenizer, prompt_ids: list[list[int]], answers) -> dict:
     """Right-padded training batch from prompt token ids and answer strings: ``input_ids``, ``attention_mask`` and
     ``labels`` (-100 outside the answer; the answer is followed by EOS)."""

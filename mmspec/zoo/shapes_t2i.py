@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
 from ..modalities.image_ar import codes_to_images, images_to_codes
-from ..training import count_parameters, fit
+from ..training import card_entry, fit
 from .integrity import load_model, require_weights, write_card
 from .registry import ZOO, ZooEntry
 from .shapes import COLORS, SHAPES, draw_shape
@@ -234,8 +234,7 @@ def _train_vq(out: Path, steps: int, batch_size: int, lr: float, seed: int) -> d
     vq.eval()
     vq.to(torch.float16).save_pretrained(out / "vq")
     vq.float()
-    return {"parameters": count_parameters(vq), "steps": steps, "lr": lr, "final_loss": round(sum(losses[-20:]) / 20, 4),
-            "train_seconds": round(time.time() - t0, 1), **vq_quality(vq)}  # fmt: skip
+    return card_entry(vq, losses, steps, lr, train_seconds=round(time.time() - t0, 1), **vq_quality(vq))
 
 
 @torch.no_grad()
@@ -314,8 +313,7 @@ def _train_ar(out: Path, name: str, size: dict, prefix, codes, steps, batch_size
     model.eval()
     model.to(torch.float16).save_pretrained(out / name)
     model.float()
-    return {"parameters": count_parameters(model), "steps": steps, "lr": lr,
-            "final_loss": round(sum(losses[-20:]) / 20, 4), "train_seconds": round(time.time() - t0, 1)}  # fmt: skip
+    return card_entry(model, losses, steps, lr, train_seconds=round(time.time() - t0, 1))
 
 
 def _train_judge(out: Path, steps: int, batch_size: int, lr: float, seed: int) -> dict:
@@ -337,8 +335,7 @@ def _train_judge(out: Path, steps: int, batch_size: int, lr: float, seed: int) -
     with torch.no_grad():
         pred = judge(pixel_values=to_tensor([im for _, im in pairs])).logits.argmax(-1)
     acc = (pred == torch.tensor([c.label for c, _ in pairs])).float().mean().item()
-    return {"parameters": count_parameters(judge), "steps": steps, "lr": lr, "final_loss": round(sum(losses[-20:]) / 20, 4),
-            "test_accuracy": round(acc, 4), "train_seconds": round(time.time() - t0, 1)}  # fmt: skip
+    return card_entry(judge, losses, steps, lr, test_accuracy=round(acc, 4), train_seconds=round(time.time() - t0, 1))
 
 
 STAGES = ("vq", "judge", "target", "drafter")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..training import count_parameters, fit
+from ..training import card_entry, fit
 from .integrity import load_model, require_weights, write_card
 from .registry import WEIGHTS, ZOO, ZooEntry
 from .shapes_video.data import FRAME_SIZE, NUM_FRAMES, build_processor, caption_accuracy, collate, example
@@ -60,10 +60,8 @@ def train_long(out_dir: str | Path, *, base: str | Path, steps: int = 800, batch
     processor.save_pretrained(out_dir / "target")
     card = {"entry": LONG_ENTRY, "base": f"shapes-video target ({base.name})", "seed": seed, "batch_size": bs,
             "frames": f"{NUM_FRAMES} x slowdown", "slowdowns_per_batch": list(slowdowns), "frame_size": FRAME_SIZE,
-            "models": {"target": {"parameters": count_parameters(model), "steps": steps, "lr": lr,
-                                  "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
-                                  "caption_accuracy_test": {"before": before, "after": after, "clips": n_eval},
-                                  "train_seconds": round(time.perf_counter() - t0, 1)}},
+            "models": {"target": card_entry(model, losses, steps, lr, train_seconds=round(time.perf_counter() - t0, 1),
+                                            caption_accuracy_test={"before": before, "after": after, "clips": n_eval})},
             "retrain": "mmspec zoo train shapes-video-long (fine-tunes the bundled shapes-video target)",
             "size_mb": round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)}  # fmt: skip
     write_card(out_dir, card)  # with a sha256 per file, verified on load

@@ -25,7 +25,7 @@ from .integrity import load_model, require_weights, write_card
 from .registry import ZOO, ZooEntry, load_eagle
 from .shapes import make_scene, vocabulary
 from ..metrics import exact_match_accuracy
-from ..training import count_parameters, fit, pack_answers
+from ..training import card_entry, fit, pack_answers
 
 ENTRY = "shapes-vlm"
 IMAGE_SIZE = 96
@@ -233,8 +233,7 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
         losses = train_model(model, processor, with_image=with_image, steps=2 if smoke else steps,
                              batch_size=4 if smoke else batch_size, lr=lr, seed=seed, desc=f"train {name}")  # fmt: skip
         seconds = time.perf_counter() - t0
-        entry = {"parameters": count_parameters(model), "steps": steps, "lr": lr, "train_seconds": round(seconds, 1),
-                 "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+        entry = card_entry(model, losses, steps, lr, train_seconds=round(seconds, 1))
         if with_image:
             entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
         card["models"][name] = entry
@@ -253,24 +252,17 @@ def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: f
     """An EAGLE head on the trained target (:mod:`mmspec.drafters.eagle`), distilled on its own features."""
     from transformers import LlavaForConditionalGeneration
 
-    from ..training.distill import distill_eagle_head
-    from ..drafting.eagle_head import EagleHead
+    from ..training.distill import train_eagle_head
 
     t0 = time.perf_counter()
     target = LlavaForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,
                                                            local_files_only=True).eval()  # fmt: skip
-    torch.manual_seed(seed)
-    head = EagleHead.for_target(target, intermediate_size=512)
 
     def batches(rng):
-        enc = collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
-        enc.pop("labels")
-        return enc
+        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
 
-    losses = distill_eagle_head(head, target, batches, steps=steps, lr=lr, seed=seed)
-    head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
-    return {"parameters": count_parameters(head), "steps": steps, "lr": lr, "train_seconds": round(time.perf_counter() - t0, 1),
-            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+    entry = train_eagle_head(target, batches, out_dir / "eagle", intermediate_size=512, steps=steps, lr=lr, seed=seed)
+    return {**entry, "train_seconds": round(time.perf_counter() - t0, 1)}
 
 
 # ---- the entry: what `mmspec.zoo.load("shapes-vlm")` returns ----

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from ...training import count_parameters, fit
+from ...training import card_entry, count_parameters, fit
 from ..integrity import load_model, require_weights, write_card
 from ..registry import ZOO, ZooEntry, load_eagle
 from .data import (DRAFTER_SIZES, ENTRY, FRAME_SIZE, NUM_FRAMES, TARGET_SIZES, build_processor, caption_accuracy, collate,
@@ -106,8 +106,7 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
             else:  # drafters: labels + logit distillation from the trained target
                 losses = _distill_drafter(model, out_dir, processor, with_video=with_video, steps=steps, batch_size=bs,
                                           lr=lr, seed=seed, desc=f"distill {name}")  # fmt: skip
-            entry = {"parameters": count_parameters(model), "steps": steps, "lr": lr,
-                     "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+            entry = card_entry(model, losses, steps, lr)
             if with_video:
                 entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
             model.generation_config.pad_token_id = tok.pad_token_id
@@ -194,23 +193,13 @@ EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of 
 
 
 def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
-    from ...training.distill import distill_eagle_head
-    from ...drafting.eagle_head import EagleHead
-
-    target = _load_target(out_dir)
-    torch.manual_seed(seed)
-    head = EagleHead.for_target(target, intermediate_size=EAGLE_INTERMEDIATE)
+    from ...training.distill import train_eagle_head
 
     def batches(rng):
-        batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
-        enc = collate(processor, batch, with_video=True)
-        enc.pop("labels")
-        return enc
+        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
 
-    losses = distill_eagle_head(head, target, batches, steps=steps, lr=lr, seed=seed)
-    head.half().save_pretrained(out_dir / "eagle")  # float16 on disk, like the models
-    return {"parameters": count_parameters(head), "steps": steps, "lr": lr,
-            "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+    return train_eagle_head(_load_target(out_dir), batches, out_dir / "eagle", intermediate_size=EAGLE_INTERMEDIATE,
+                            steps=steps, lr=lr, seed=seed)  # fmt: skip
 
 
 # ---- the entry: what `mmspec.zoo.load("shapes-video")` returns ----
