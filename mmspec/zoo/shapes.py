@@ -108,3 +108,19 @@ def vocabulary() -> list[str]:
             if w not in words:
                 words.append(w)
     return words
+
+
+def word_tokenizer(words: list[str], extra_special_tokens: dict[str, str]):
+    """The shapes entries' word-level tokenizer over ``words`` (the specials first: pad, bos, eos, unk, ...), with
+    a ``<s>`` prefix, left padding and words joined by spaces on decoding."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # placeholders such as <|video_pad|> are special tokens
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", extra_special_tokens=extra_special_tokens, padding_side="left",
+                                   clean_up_tokenization_spaces=False)  # fmt: skip

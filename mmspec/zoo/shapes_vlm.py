@@ -23,7 +23,7 @@ import torch
 
 from .integrity import load_model, require_weights, write_card
 from .registry import ZOO, ZooEntry, load_eagle
-from .shapes import make_scene, vocabulary
+from .shapes import make_scene, vocabulary, word_tokenizer
 from ..metrics import exact_match_accuracy
 from ..training import card_entry, fit, pack_answers
 
@@ -43,24 +43,7 @@ def question_prompt(question: str) -> str:
 
 
 def build_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, decoders
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        extra_special_tokens={"image_token": "<image>"},
-        padding_side="left",
-        clean_up_tokenization_spaces=False,
-    )
+    return word_tokenizer(SPECIAL + vocabulary(), {"image_token": "<image>"})
 
 
 def build_processor():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..shapes import COLORS, POSITIONS, SHAPES, draw_shape, vocabulary as image_vocabulary
+from ..shapes import COLORS, POSITIONS, SHAPES, draw_shape, vocabulary as image_vocabulary, word_tokenizer
 from ...metrics import exact_match_accuracy
 from ...training import pack_answers
 
@@ -210,20 +210,8 @@ def question_prompt(question: str) -> str:
 
 
 def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # <|...|> placeholders are special (added) tokens
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
-                              "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>"},
-        padding_side="left", clean_up_tokenization_spaces=False,
-    )  # fmt: skip
+    return word_tokenizer(SPECIAL + vocabulary(), {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
+                                                   "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>"})  # fmt: skip
 
 
 def build_processor():
