@@ -366,10 +366,11 @@ class _JacobiVerifier(Verifier):
         self.init = check_init(init)
 
     def _noise(self, proposal: Proposal, p: torch.Tensor, positions: torch.Tensor, generator) -> tuple:
-        raise NotImplementedError  # each rule draws its own randomness
+        """The rule's randomness (SJD, MC-SJD: uniforms u [B, K] float64 and Exp(1) noise e [B, K+1, V])."""
+        u = torch.rand(proposal.tokens.shape, dtype=torch.float64, device=p.device, generator=generator)
+        return u, torch.empty(p.shape, dtype=torch.float32, device=p.device).exponential_(generator=generator)
 
-    def _rule(self, d, q, p, *noise_and_fresh) -> JacobiStep:
-        raise NotImplementedError  # abstract: each rule's core
+    _rule: staticmethod  # each rule's core: (d, q, p, *noise, fresh) -> JacobiStep
 
     def verify(self, proposal: Proposal, scores: TargetScores, generator: torch.Generator | None = None) -> Verdict:
         d, q, p = _inputs(proposal, scores)  # [B, K], [B, K, V] | None, [B, K+1, V]
@@ -380,12 +381,6 @@ class _JacobiVerifier(Verifier):
         step = self._rule(d, q, p, *noise, fresh)
         return Verdict(num_accepted=step.num_accepted, next_tokens=step.next_tokens,
                        next_window=Window(step.window_tokens, step.window_probs))  # fmt: skip
-
-
-def _uniforms_and_exponentials(b: int, k: int, p: torch.Tensor, generator) -> tuple:
-    u = torch.rand((b, k), dtype=torch.float64, device=p.device, generator=generator)  # [B, K] float64 (METHODS §1)
-    e = torch.empty(p.shape, dtype=torch.float32, device=p.device).exponential_(generator=generator)  # [B, K+1, V]
-    return u, e
 
 
 @VERIFIERS.register("sjd")
@@ -412,9 +407,6 @@ class SJDVerifier(_JacobiVerifier):
     def _rule(self, d, q, p, u, e, fresh) -> JacobiStep:
         return sjd_rule(d, q, p, u, e, fresh, reuse=self.reuse)
 
-    def _noise(self, proposal, p, positions, generator):
-        return _uniforms_and_exponentials(*proposal.tokens.shape, p, generator)
-
 
 @VERIFIERS.register("mc-sjd")
 class MCSJDVerifier(_JacobiVerifier):
@@ -425,9 +417,6 @@ class MCSJDVerifier(_JacobiVerifier):
     paper = ("So, Kook, Jang, Park 2025, MC-SJD: Maximal Coupling Speculative Jacobi Decoding for Autoregressive Visual "
              "Generation Acceleration (arXiv:2510.24211)")
     _rule = staticmethod(mc_sjd_rule)
-
-    def _noise(self, proposal, p, positions, generator):
-        return _uniforms_and_exponentials(*proposal.tokens.shape, p, generator)
 
 
 @VERIFIERS.register("gumbel-sjd")
