@@ -39,18 +39,21 @@ LOG_2PI = math.log(2 * math.pi)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _select_rows(obj, index):
-    """Rows ``index`` (a slice or an index tensor, never a bare int) of every batch-first tensor in a contract."""
-    if isinstance(index, int):
-        raise TypeError("rows: pass a slice or an index tensor (a bare int would drop the batch dimension)")
-    changes = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, torch.Tensor):
-            changes[f.name] = value[index]
-        elif isinstance(value, BatchedDensity):
-            changes[f.name] = value.rows(index)
-    return replace(obj, **changes)
+class Rows:
+    """``rows(index)``: the contract restricted to rows ``index`` (a slice or an index tensor, never a bare int) of
+    every batch-first tensor and density in it."""
+
+    def rows(self, index):
+        if isinstance(index, int):
+            raise TypeError("rows: pass a slice or an index tensor (a bare int would drop the batch dimension)")
+        changes = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                changes[f.name] = value[index]
+            elif isinstance(value, BatchedDensity):
+                changes[f.name] = value.rows(index)
+        return replace(self, **changes)
 
 
 def _expect_shape(what: str, t: torch.Tensor, shape: tuple, meaning: str):
@@ -62,7 +65,7 @@ def _expect_shape(what: str, t: torch.Tensor, shape: tuple, meaning: str):
 
 
 @dataclass
-class ContinuousVerdict:
+class ContinuousVerdict(Rows):
     """A continuous verifier's decision, per row.
 
     The committed trajectory of a row is ``drafts[:num_accepted]`` followed by ``next_states`` when
@@ -76,7 +79,7 @@ class ContinuousVerdict:
 
 
 @dataclass
-class GaussianProposal:
+class GaussianProposal(Rows):
     """L drafted Gaussian steps of a stochastic sampler (the draft chain of speculative diffusion sampling).
 
     Step i goes from parent ``Y_{i-1}`` (``Y_0`` = the last committed state) to ``Y_i = m_p,i + σ_i ξ_i``.
@@ -103,12 +106,10 @@ class GaussianProposal:
     def num_steps(self) -> int:
         return self.states.shape[1]
 
-    def rows(self, index) -> GaussianProposal:
-        return _select_rows(self, index)
 
 
 @dataclass
-class GaussianScores:
+class GaussianScores(Rows):
     """The target's Gaussian means for the same L steps, evaluated at the drafted parents in one batched call."""
 
     means: torch.Tensor  # [B, L, D] target means m_q,i = target mean of step i at parent Y_{i-1}
@@ -116,8 +117,6 @@ class GaussianScores:
     def __post_init__(self):
         _expect_shape("GaussianScores.means", self.means, (None, None, None), "[B, L, D]")
 
-    def rows(self, index) -> GaussianScores:
-        return _select_rows(self, index)
 
 
 class BatchedDensity:
@@ -253,7 +252,7 @@ class GaussianMixtureDensity(BatchedDensity):
 
 
 @dataclass
-class DensityProposal:
+class DensityProposal(Rows):
     """K continuous drafts with the draft's densities (CSPD-style continuous tokens)."""
 
     samples: torch.Tensor  # [B, K, D] drafts x_i ~ q_i (K >= 1)
@@ -271,12 +270,10 @@ class DensityProposal:
             raise ValueError(f"DensityProposal.density: expected batch [B, K] = {[b, k]} over D = {d}, got batch "
                              f"{list(self.density.batch_shape)} over D = {self.density.dim}")  # fmt: skip
 
-    def rows(self, index) -> DensityProposal:
-        return _select_rows(self, index)
 
 
 @dataclass
-class DensityScores:
+class DensityScores(Rows):
     """The target's densities at the draft positions: p_i for draft i (given drafts < i); with K+1 positions the
     last one is the bonus position, sampled when every draft is accepted."""
 
@@ -286,12 +283,10 @@ class DensityScores:
         if not isinstance(self.density, BatchedDensity):
             raise TypeError(f"DensityScores.density: expected a BatchedDensity, got {type(self.density).__name__}")
 
-    def rows(self, index) -> DensityScores:
-        return _select_rows(self, index)
 
 
 @dataclass
-class ForecastProposal:
+class ForecastProposal(Rows):
     """L forecast block outputs (e.g. a Taylor expansion over cached finite differences) and the sampling progress."""
 
     forecast: torch.Tensor  # [B, L, *F] forecast f_i of the checked block's output at step i
@@ -307,18 +302,14 @@ class ForecastProposal:
             got = tuple(self.progress.shape) if isinstance(self.progress, torch.Tensor) else type(self.progress).__name__
             raise ValueError(f"ForecastProposal.progress: expected shape [B] = {[b]} or [B, L] = {[b, l]}, got {got}")
 
-    def rows(self, index) -> ForecastProposal:
-        return _select_rows(self, index)
 
 
 @dataclass
-class ForecastScores:
+class ForecastScores(Rows):
     """The actually computed check tensors (e.g. the last block run on the forecast input)."""
 
     check: torch.Tensor  # [B, L, *F] computed c_i, same shape as the forecast
 
-    def rows(self, index) -> ForecastScores:
-        return _select_rows(self, index)
 
 
 # ----------------------------------------------------------------------------------------------------------------
