@@ -12,7 +12,7 @@ sample but not in law; the lossy ones (Picard, forecast gating) say so.
 from __future__ import annotations
 
 import argparse
-import time
+import functools
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from mmspec import zoo  # noqa: E402
+from mmspec.bench.harness import interleaved_seconds  # noqa: E402
 from mmspec.zoo.shapes_t2i import DEMO_CONDITIONS  # noqa: E402
 
 METHODS = (
@@ -39,17 +40,16 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=100, help="DDPM sampler steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cfg-scale", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (medians are shown)")
     args = parser.parse_args(argv)
 
     models = zoo.load("shapes-ddpm")
     spec = models.speculator(cfg_scale=args.cfg_scale)
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    spec.generate(conditions, method="plain", num_inference_steps=5, seed=args.seed)  # warm-up, not timed
-    rows = []
-    for title, method, kw in METHODS:
-        t0 = time.perf_counter()
-        out = spec.generate(conditions, method=method, num_inference_steps=args.steps, seed=args.seed, **kw)
-        rows.append((title, out, time.perf_counter() - t0))
+    runs = {title: functools.partial(spec.generate, conditions, method=method, num_inference_steps=args.steps,
+                                     seed=args.seed, **kw) for title, method, kw in METHODS}  # fmt: skip
+    seconds = interleaved_seconds(runs, args.reps)  # medians of interleaved repetitions
+    rows = [(title, runs[title](), seconds[title]) for title, _, _ in METHODS]
     plain_s = rows[0][2]
 
     fig, axes = plt.subplots(len(rows), len(conditions), figsize=(1.5 * len(conditions) + 1.8, 1.6 * len(rows)),
@@ -69,7 +69,8 @@ def main(argv=None) -> None:
             if j == 0:
                 ax.set_ylabel(f"{title}\n{speed}" + ("" if out.lossless else "\n(lossy)"), fontsize=6.5)
     fig.suptitle(f"shapes-ddpm, DDPM {args.steps} steps, seed {args.seed}, CFG {args.cfg_scale} "
-                 "(timings: one run, this machine)", fontsize=9)  # fmt: skip
+                 f""
+                 f"(timings: medians of {args.reps} interleaved runs, this machine)", fontsize=9)  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=120)

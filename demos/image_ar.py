@@ -11,7 +11,7 @@ temperature 1 with classifier-free guidance; the lossless methods draw from the 
 from __future__ import annotations
 
 import argparse
-import time
+import functools
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from mmspec import zoo  # noqa: E402
+from mmspec.bench.harness import interleaved_seconds  # noqa: E402
 from mmspec.zoo.shapes_t2i import DEMO_CONDITIONS  # noqa: E402
 
 METHODS = (
@@ -39,17 +40,15 @@ def main(argv=None) -> None:
     parser.add_argument("--conditions", default=",".join(DEMO_CONDITIONS), help="comma-separated captions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cfg-scale", type=float, default=2.0)
+    parser.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (medians are shown)")
     args = parser.parse_args(argv)
 
     models = zoo.load("shapes-t2i")
     spec = models.speculator(cfg_scale=args.cfg_scale)
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    spec.generate(conditions, "plain", seed=args.seed)  # warm-up, not timed
-    rows = []
-    for title, method, kw in METHODS:
-        t0 = time.perf_counter()
-        out = spec.generate(conditions, method, seed=args.seed, **kw)
-        rows.append((title, out, time.perf_counter() - t0))
+    runs = {title: functools.partial(spec.generate, conditions, method, seed=args.seed, **kw) for title, method, kw in METHODS}
+    seconds = interleaved_seconds(runs, args.reps)  # medians of interleaved repetitions
+    rows = [(title, runs[title](), seconds[title]) for title, _, _ in METHODS]
     plain_s = rows[0][2]
 
     fig, axes = plt.subplots(len(rows), len(conditions), figsize=(1.5 * len(conditions) + 1.6, 1.55 * len(rows)),
@@ -66,7 +65,8 @@ def main(argv=None) -> None:
                 ax.set_title(conditions[j], fontsize=7)
             if j == 0:
                 ax.set_ylabel(f"{title}\n{speed}" + ("" if out.lossless else "\n(lossy)"), fontsize=6.5)
-    fig.suptitle(f"shapes-t2i, seed {args.seed}, temperature 1, CFG {args.cfg_scale} (timings: one run, this machine)",
+    fig.suptitle(f"shapes-t2i, seed {args.seed}, temperature 1, CFG {args.cfg_scale} "
+                 f"(timings: medians of {args.reps} interleaved runs, this machine)",
                  fontsize=9)  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp.png")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 
@@ -13,23 +12,17 @@ def demo(args) -> None:
     from .zoo.shapes import make_scene
     from .zoo.shapes_vlm import IMAGE_SIZE
 
+    from .bench.harness import interleaved_seconds
+
     m = zoo.load("shapes-vlm")
     spec = VLMSpeculator(m.target, m.processor, drafter=m.drafter_vlm, num_draft_tokens=args.k)
     scenes = [make_scene(i, "test") for i in range(args.scenes)]
-    plain_s = spec_s = 0.0
+    images = [s.render(IMAGE_SIZE) for s in scenes]
+    encs = [spec.prepare(image, "caption :") for image in images]
     committed = rounds = 0
-    for i, s in enumerate(scenes):
-        image = s.render(IMAGE_SIZE)
-        enc = spec.prepare(image, "caption :")
-        if i == 0:  # warm-up of both paths, not timed
-            m.target.generate(**enc, do_sample=False, max_new_tokens=48)
-            spec.generate(image, "caption :", max_new_tokens=48)
-        t0 = time.perf_counter()
+    for s, image, enc in zip(scenes, images, encs):
         ref = m.target.generate(**enc, do_sample=False, max_new_tokens=48)
-        plain_s += time.perf_counter() - t0
-        t0 = time.perf_counter()
         out = spec.generate(image, "caption :", max_new_tokens=48)
-        spec_s += time.perf_counter() - t0
         committed += sum(r.committed for r in out.stats.rounds)
         rounds += len(out.stats.rounds)
         plain = m.processor.tokenizer.decode(ref[0, enc["input_ids"].shape[1] :], skip_special_tokens=True).strip()
@@ -39,9 +32,14 @@ def demo(args) -> None:
         print(f"{pad} speculative {out.texts[0]}")
         print(f"{pad} identical to plain: {plain == out.texts[0]}, target forwards {out.stats.target_forwards} "
               f"for {out.new_tokens.shape[1]} tokens, mean accepted tokens {out.stats.mean_accepted_tokens:.2f}")  # fmt: skip
+    seconds = interleaved_seconds({
+        "plain": lambda: [m.target.generate(**enc, do_sample=False, max_new_tokens=48) for enc in encs],
+        "spec": lambda: [spec.generate(image, "caption :", max_new_tokens=48) for image in images]}, args.reps)  # fmt: skip
+    plain_s, spec_s = seconds["plain"], seconds["spec"]
     print(f"\nsmall-VLM drafter, K={args.k}: mean accepted tokens {committed / max(1, rounds):.2f} per target forward")
-    print(f"plain greedy {plain_s:.2f}s, speculative {spec_s:.2f}s: {plain_s / spec_s:.2f}x on this machine "
-          "(one run; `mmspec bench vlm` for interleaved medians and the HF comparison)")  # fmt: skip
+    print(f"plain greedy {plain_s:.2f}s, speculative {spec_s:.2f}s for the {len(scenes)} scenes: {plain_s / spec_s:.2f}x on "
+          f"this machine (medians of {args.reps} interleaved runs; `mmspec bench vlm` for per-run ratios and the HF "
+          "comparison)")  # fmt: skip
 
 
 def bench(args) -> None:
@@ -200,6 +198,7 @@ def main(argv=None) -> None:
     p = sub.add_parser("demo", help="caption generated scenes, speculative vs plain decoding")
     p.add_argument("--scenes", type=int, default=4)
     p.add_argument("--k", type=int, default=5, help="draft length (5 is the best K in BENCHMARKS.md)")
+    p.add_argument("--reps", type=int, default=3, help="interleaved timed repetitions (medians are shown)")
     p.set_defaults(func=demo)
     b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     v = b.add_parser("vlm", help="shapes-VLM: plain greedy vs mmspec drafters/verifiers vs HF assisted generation")

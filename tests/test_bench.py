@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import torch
 
 from mmspec.cli import main
@@ -139,3 +141,17 @@ def test_ratios_are_per_repetition_and_a_drifting_baseline_is_flagged(capsys):
     assert "unstable baseline" in markdown_table(list(rows.values()))
     steady = {"plain": [1.0, 1.1, 1.0], "fast": [0.5, 0.6, 0.4]}
     assert baseline_drift(steady, ["plain"]) < 0.2 and per_rep_ratio(steady, "fast", ["plain"]).range == (1.833, 2.5)
+
+
+def test_interleaved_seconds_warms_up_then_times_each_callable_per_repetition():
+    from mmspec.bench.harness import interleaved_seconds
+
+    calls = {"a": 0, "b": 0}
+
+    def bump(name):
+        calls[name] += 1
+
+    out = interleaved_seconds({"a": lambda: bump("a"), "b": lambda: bump("b")}, reps=3)
+    assert calls == {"a": 4, "b": 4} and set(out) == {"a", "b"} and all(v >= 0 for v in out.values())
+    with pytest.raises(ValueError, match="reps"):
+        interleaved_seconds({"a": lambda: None}, reps=0)

@@ -87,6 +87,22 @@ class Ratio:
         return (round(self.low, 3), round(self.high, 3))
 
 
+def interleaved_seconds(runs: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:
+    """Median wall seconds of each callable over ``reps`` interleaved repetitions (rotated order; a warm-up call of
+    each first, not timed): the timing the demos print, so that no speed figure comes from a single run."""
+    if reps < 1:
+        raise ValueError(f"reps: expected an int >= 1, got {reps!r}")
+    names, seconds = list(runs), {name: [] for name in runs}
+    for name in names:
+        runs[name]()
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            t0 = time.perf_counter()
+            runs[name]()
+            seconds[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in seconds.items()}
+
+
 def per_rep_ratio(seconds: dict[str, list[float]], name: str, baselines: list[str], work: float = 1.0) -> Ratio:
     """``name``'s speed over the baselines' (their median time in each repetition), per repetition; ``work``: how
     much more output ``name`` produced than the baseline (a tokens ratio; 1 for a fixed workload)."""
