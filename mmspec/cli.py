@@ -49,9 +49,7 @@ def bench(args) -> None:
     ks = tuple(int(k) for k in args.ks.split(","))
     rows, meta = bench_vlm(scenes=args.scenes, reps=args.reps, max_new_tokens=args.max_new_tokens,
                            json_path=args.json, plot_path=args.plot, ks=ks)  # fmt: skip
-    print_report(rows, meta)
-    if args.json:
-        print(f"\nrows written to {args.json}")
+    print_report(rows, meta, args.json)
 
 
 def bench_video(args) -> None:
@@ -59,11 +57,10 @@ def bench_video(args) -> None:
     from .bench.tokens import print_report
     from .bench.video import bench_video as run
 
-    models = zoo.load("shapes-video", path=args.zoo_path) if args.zoo_path else None
+    models = _zoo(args, "shapes-video")
     if args.std_scaling:
         from .bench.video import std_scaling, std_scaling_table
 
-        models = models or zoo.load("shapes-video")
         contexts = tuple(int(c) for c in args.std_scaling.split(","))
         batch = args.batch or 1
         print(f"\nSTD cost model: one decode step, dense vs sparse view, shapes-video target (synthetic contexts, "
@@ -73,7 +70,6 @@ def bench_video(args) -> None:
     if args.drafter_prefill:
         from .bench.video import drafter_prefill_breakdown
 
-        models = models or zoo.load("shapes-video")
         others = {path: zoo.load("shapes-video", path=path) for path in args.compare_zoo_path or ()}
         print("\ndrafter set-up, ms per clip (medians; set-up over 8 clips, parts on the first; grid-pool keeps 16):")
         for key, value in drafter_prefill_breakdown(models, others=others).items():
@@ -85,25 +81,41 @@ def bench_video(args) -> None:
         long_models = zoo.load("shapes-video-long", path=args.long_zoo_path) if args.long_zoo_path else None
         rows, meta = bench_video_long(clips=args.clips or 16, batch=args.batch or 16, slowdown=args.slowdown, reps=args.reps,
                                       max_new_tokens=args.max_new_tokens, json_path=args.json, plot_path=args.plot,
-                                      models=long_models, drafter=models.drafter_vlm if models else None)  # fmt: skip
+                                      models=long_models, drafter=models.drafter_vlm)  # fmt: skip
     else:
         rows, meta = run(clips=args.clips or 8, reps=args.reps, max_new_tokens=args.max_new_tokens, json_path=args.json,
                          plot_path=args.plot, models=models, methods_filter=args.only)  # fmt: skip
-    print_report(rows, meta)
-    if args.json:
-        print(f"\nrows written to {args.json}")
+    print_report(rows, meta, args.json)
 
 
 def bench_image_ar(args) -> None:
-    from . import zoo
     from .bench.image_ar import bench_image_ar as run, image_ar_table, save_sweep_plot
 
-    models = zoo.load("shapes-t2i", path=args.zoo_path)
-    only = args.only.split(",") if args.only else None
-    rows, meta = run(models, per_class=args.per_class, batch=args.batch, reps=args.reps, cfg_scale=args.cfg_scale,
-                     window=args.window, only=only, classes=args.classes)  # fmt: skip
+    rows, meta = run(_zoo(args, "shapes-t2i"), per_class=args.per_class, batch=args.batch, reps=args.reps,
+                     cfg_scale=args.cfg_scale, window=args.window, only=_only(args), classes=args.classes)  # fmt: skip
     _quality_report(args, f"image-ar — shapes-t2i, {meta['images']} images, batch {meta['batch']}, temperature 1, "
                           f"CFG {meta['cfg_scale']}", image_ar_table(rows), "plain-AR", rows, meta, save_sweep_plot, "sweep plot")  # fmt: skip
+
+
+def bench_diffusion(args) -> None:
+    from .bench.diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
+
+    rows, meta = run(_zoo(args, "shapes-ddpm"), per_class=args.per_class, classes=args.classes, batch=args.batch,
+                     reps=args.reps, steps=args.steps, sampler=args.sampler, eta=args.eta, cfg_scale=args.cfg_scale,
+                     lookaheads=tuple(int(v) for v in args.lookaheads.split(",")), only=_only(args))  # fmt: skip
+    _quality_report(args, f"diffusion — shapes-ddpm, {meta['images']} images, batch {meta['batch']}, {meta['sampler']} "
+                          f"{meta['steps']} steps, CFG {meta['cfg_scale']}", diffusion_table(rows), "plain", rows, meta,
+                    save_lookahead_plot, "lookahead plot")  # fmt: skip
+
+
+def _zoo(args, name: str):
+    from . import zoo
+
+    return zoo.load(name, path=args.zoo_path)
+
+
+def _only(args) -> list[str] | None:
+    return args.only.split(",") if args.only else None
 
 
 def _quality_report(args, title: str, table: str, plain: str, rows, meta, save_plot, plot_name: str) -> None:
@@ -119,21 +131,6 @@ def _quality_report(args, title: str, table: str, plain: str, rows, meta, save_p
     if args.plot:
         save_plot(rows, args.plot, meta)
         print(f"{plot_name} written to {args.plot}")
-
-
-def bench_diffusion(args) -> None:
-    from . import zoo
-    from .bench.diffusion import bench_diffusion as run, diffusion_table, save_lookahead_plot
-
-    models = zoo.load("shapes-ddpm", path=args.zoo_path)
-    only = args.only.split(",") if args.only else None
-    lookaheads = tuple(int(v) for v in args.lookaheads.split(","))
-    rows, meta = run(models, per_class=args.per_class, classes=args.classes, batch=args.batch, reps=args.reps,
-                     steps=args.steps, sampler=args.sampler, eta=args.eta, cfg_scale=args.cfg_scale,
-                     lookaheads=lookaheads, only=only)  # fmt: skip
-    _quality_report(args, f"diffusion — shapes-ddpm, {meta['images']} images, batch {meta['batch']}, {meta['sampler']} "
-                          f"{meta['steps']} steps, CFG {meta['cfg_scale']}", diffusion_table(rows), "plain", rows, meta,
-                    save_lookahead_plot, "lookahead plot")  # fmt: skip
 
 
 def bench_verifiers(args) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import check_int, check_param, is_int
 from .sampling import SamplingParams
 from .tree import TreeSpec
 
@@ -37,22 +38,18 @@ class SpecConfig:
 
     def __post_init__(self):
         k = self.num_draft_tokens
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"num_draft_tokens: expected an int >= 1, got {k!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected an int >= 1, got {self.max_new_tokens!r}")
-        if not isinstance(self.max_draft_tokens, int) or self.max_draft_tokens < k:
-            raise ValueError(f"max_draft_tokens: expected an int >= num_draft_tokens ({k}), got {self.max_draft_tokens!r}")
+        check_int("num_draft_tokens", k, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_int("max_draft_tokens", self.max_draft_tokens, k, note=" (num_draft_tokens)")
         self.sampling  # validates temperature / top_k / top_p
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0):
-            raise ValueError(f"seed: expected an int >= 0 or None, got {self.seed!r}")
+        check_param("seed", self.seed, self.seed is None or (is_int(self.seed) and self.seed >= 0), "an int >= 0 or None")
         from .verifiers import check_verifier, make_verifier  # (verifiers import the sampling module, not config)
 
         check_verifier(self.verifier_name, ("token", "jacobi"), "the token engine")
         make_verifier(self.verifier_name, **self.verifier_params)  # validates the parameters now, not mid-loop
         eos = self.eos_ids
-        if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in eos):
-            raise ValueError(f"eos_token_id: expected a token id (int >= 0), a list of them, or None, got {self.eos_token_id!r}")
+        check_param("eos_token_id", self.eos_token_id, all(is_int(e) and e >= 0 for e in eos),
+                    "a token id (int >= 0), a list of them, or None")  # fmt: skip
         if self.rows is None:
             object.__setattr__(self, "rows", "aligned" if self.tree is not None else "independent")
         if self.rows not in ROW_COMMITS:

@@ -6,10 +6,11 @@ same way: both sides call :func:`process_logits` with the same :class:`SamplingP
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+
+from .checks import check_int, check_param, is_number
 
 
 @dataclass(frozen=True)
@@ -19,13 +20,10 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
 
     def __post_init__(self):
-        t = self.temperature
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {t!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise ValueError(f"top_k: expected an int >= 0 (0 = off), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p: expected a number in (0, 1], got {self.top_p!r}")
+        t, p = self.temperature, self.top_p
+        check_param("temperature", t, is_number(t) and t >= 0, "a finite number >= 0 (0 = greedy)")
+        check_int("top_k", self.top_k, 0, note=" (0 = off)")
+        check_param("top_p", p, is_number(p) and 0 < p <= 1, "a number in (0, 1]")
 
     @property
     def greedy(self) -> bool:

@@ -114,8 +114,6 @@ class Stats:
     Each statistics class defines these (fields or properties); this base gives them one ``summary()``.
     """
 
-    total_seconds: float = 0.0
-
     def summary(self) -> dict:
         return {"rounds": self.num_rounds, "target_forwards": self.target_forwards,
                 "mean_accepted_tokens": round(self.mean_accepted_tokens, 3), "compression": round(self.compression, 3),

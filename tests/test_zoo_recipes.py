@@ -24,6 +24,24 @@ def test_shapes_video_recipe_smoke(tmp_path):
     assert enc["video_grid_thw"].tolist() == [[NUM_FRAMES // 2, 8, 8]]
 
 
+def test_shapes_vlm_recipe_smoke_and_a_one_stage_retrain(tmp_path):
+    entry = ZOO.get("shapes-vlm")
+    card = entry.train(tmp_path, smoke=True)
+    assert list(card["models"]) == ["drafter-text", "drafter-vlm", "target", "eagle"]
+    assert all(m["train_seconds"] >= 0 for m in card["models"].values()) and card["size_mb"] > 0
+    assert "caption_accuracy_test" in card["models"]["target"] and "caption_accuracy_test" not in card["models"]["drafter-text"]
+    assert json.loads((tmp_path / "card.json").read_text()) == card
+    assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
+    m = entry.load(tmp_path)
+    assert m.eagle is not None and m.target.dtype == m.drafter_text.dtype
+    before = dict(card["models"])
+    again = entry.train(tmp_path, smoke=True, only=("eagle",))  # the other models and their entries stay
+    assert {k: again["models"][k] for k in ("drafter-text", "drafter-vlm", "target")} == {
+        k: before[k] for k in ("drafter-text", "drafter-vlm", "target")}
+    with pytest.raises(ValueError, match="only: expected names among"):
+        entry.train(tmp_path, smoke=True, only=("targets",))
+
+
 def test_clips_are_deterministic_and_captions_match_events():
     a, b = make_clip(7), make_clip(7)
     assert a == b and np.array_equal(a.frames_array(), b.frames_array())
@@ -87,6 +105,10 @@ def test_shapes_t2i_recipe_smoke(tmp_path):
     m = entry.load(tmp_path)
     out = m.speculator().generate(["red circle at top left", 5], "mc-sjd", seed=0)
     assert out.codes.shape == (2, GRID * GRID) and out.images[0].size == (32, 32)
+    again = entry.train(tmp_path, smoke=True, only=("target",), resume_target=True)  # a second target stage
+    target = again["models"]["target"]
+    assert target["steps"] == 4 and [s.get("resumed", False) for s in target["stages"]] == [False, True]
+    assert target["train_seconds"] >= card["models"]["target"]["train_seconds"] and again["models"]["vq"] == card["models"]["vq"]
 
 
 def test_shapes_t2i_conditions_round_trip_and_images_follow_them():

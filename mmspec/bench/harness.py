@@ -26,6 +26,8 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
+from ..checks import check_int
+
 
 @dataclass
 class RunResult:
@@ -87,20 +89,28 @@ class Ratio:
         return (round(self.low, 3), round(self.high, 3))
 
 
-def interleaved_seconds(runs: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:
-    """Median wall seconds of each callable over ``reps`` interleaved repetitions (rotated order; a warm-up call of
-    each first, not timed): the timing the demos print, so that no speed figure comes from a single run."""
-    if reps < 1:
-        raise ValueError(f"reps: expected an int >= 1, got {reps!r}")
-    names, seconds = list(runs), {name: [] for name in runs}
-    for name in names:
-        runs[name]()
+def interleave(runs: dict[str, Callable[[], object]], reps: int, progress: bool = False) -> tuple[dict, dict]:
+    """Call each callable once as a warm-up (not timed), then ``reps`` interleaved repetitions, each in a rotated
+    order (no fixed position bias). -> (wall seconds per name: a list over repetitions, outputs per name: the
+    warm-up's first, then one per repetition)."""
+    check_int("reps", reps, 1)
+    names = list(runs)
+    outputs, seconds = {name: [runs[name]()] for name in names}, {name: [] for name in names}
+    bar = tqdm(total=reps * len(names), desc="bench", disable=not progress)
     for rep in range(reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
             t0 = time.perf_counter()
-            runs[name]()
+            outputs[name].append(runs[name]())
             seconds[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in seconds.items()}
+            bar.update(1)
+    bar.close()
+    return seconds, outputs
+
+
+def interleaved_seconds(runs: dict[str, Callable[[], object]], reps: int = 3) -> dict[str, float]:
+    """Median wall seconds of each callable over ``reps`` interleaved repetitions (after a warm-up call of each):
+    the timing the demos print, so that no speed figure comes from a single run."""
+    return {name: statistics.median(v) for name, v in interleave(runs, reps)[0].items()}
 
 
 def per_rep_ratio(seconds: dict[str, list[float]], name: str, baselines: list[str], work: float = 1.0) -> Ratio:
@@ -141,31 +151,19 @@ def drop_unsupported(methods: list[Method], inputs: list[dict]) -> tuple[list[Me
 
 
 def run_interleaved(methods: list[Method], inputs: list[dict], reps: int, progress: bool = True):
-    """Warm up every method once, then ``reps`` interleaved repetitions over all inputs.
+    """Every method over all inputs: a warm-up pass, then ``reps`` interleaved repetitions (:func:`interleave`).
 
     Returns (seconds per method: list over reps, results per method: list over inputs from the warm-up pass,
     {"prefill", "draft_prefill"}: seconds per method, list over reps, empty when the method does not measure it).
     """
-    seconds: dict[str, list[float]] = {m.name: [] for m in methods}
-    prefill: dict[str, list[float]] = {m.name: [] for m in methods}
-    draft_prefill: dict[str, list[float]] = {m.name: [] for m in methods}
-    results: dict[str, list[RunResult]] = {}
-    for m in methods:  # warm-up (excluded) and the outputs compared for identity
-        results[m.name] = [m.run(x) for x in inputs]
-    bar = tqdm(total=reps * len(methods), desc="bench", disable=not progress)
-    for rep in range(reps):
-        order = methods[rep % len(methods) :] + methods[: rep % len(methods)]  # rotate: no fixed position bias
-        for m in order:
-            t0 = time.perf_counter()
-            runs = [m.run(x) for x in inputs]
-            seconds[m.name].append(time.perf_counter() - t0)
-            if all(r.prefill_seconds is not None for r in runs):
-                prefill[m.name].append(sum(r.prefill_seconds for r in runs))
-            if all(r.draft_prefill_seconds is not None for r in runs):
-                draft_prefill[m.name].append(sum(r.draft_prefill_seconds for r in runs))
-            bar.update(1)
-    bar.close()
-    return seconds, results, {"prefill": prefill, "draft_prefill": draft_prefill}
+    seconds, outputs = interleave({m.name: (lambda m=m: [m.run(x) for x in inputs]) for m in methods}, reps, progress)
+
+    def phase(key: str) -> dict[str, list[float]]:  # summed over the inputs, per repetition
+        return {name: [sum(getattr(r, key) for r in runs) for runs in out[1:] if all(getattr(r, key) is not None for r in runs)]
+                for name, out in outputs.items()}  # fmt: skip
+
+    return seconds, {name: out[0] for name, out in outputs.items()}, {"prefill": phase("prefill_seconds"),
+                                                                      "draft_prefill": phase("draft_prefill_seconds")}
 
 
 def summarise(methods: list[Method], seconds, results, pad_token_id: int, phases=None) -> list[BenchRow]:
@@ -179,6 +177,7 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int, phases
         if m.family == "hf" and tps[m.name] > tps.get(best_hf.get(m.draft_source, ""), 0.0):
             best_hf[m.draft_source] = m.name
     unstable = baseline_drift(seconds, [ar.name]) > 0.2
+    phases = phases or {"prefill": {}, "draft_prefill": {}}
     rows = []
     for name, rs in results.items():
         m = by_name[name]
@@ -187,9 +186,7 @@ def summarise(methods: list[Method], seconds, results, pad_token_id: int, phases
         vs_ar = per_rep_ratio(seconds, name, [ar.name], n_tokens[name] / n_tokens[ar.name])
         peer = best_hf.get(m.draft_source)
         vs_hf = per_rep_ratio(seconds, name, [peer], n_tokens[name] / n_tokens[peer]) if peer else None
-        phases = phases or {}
-        pre = statistics.median(phases["prefill"][name]) if phases.get("prefill", {}).get(name) else None
-        dpre = statistics.median(phases["draft_prefill"][name]) if phases.get("draft_prefill", {}).get(name) else None
+        pre, dpre = (statistics.median(phases[k][name]) if phases[k].get(name) else None for k in ("prefill", "draft_prefill"))
         overhead = None
         if all(r.overhead_seconds is not None and r.rounds for r in rs):
             overhead = round(1000 * sum(r.overhead_seconds for r in rs) / sum(r.rounds for r in rs), 3)

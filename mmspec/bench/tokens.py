@@ -83,7 +83,8 @@ def token_columns(visual: int) -> list[Column]:
             ("decode ms", lambda r: fmt(r.decode_seconds_median, ".0f", 1000)), *TOKEN_COLUMNS[4:]]  # fmt: skip
 
 
-def print_report(rows, meta) -> None:
+def print_report(rows, meta, json_path=None) -> None:
+    """The token bench's report on stdout (``json_path``: where the rows were written, if anywhere)."""
     batch = f", batch {meta['batch']}, {meta['frames_per_clip']} frames per clip" if "batch" in meta else ""
     print(f"\nmmspec bench {meta['benchmark']} — {meta['task']}, {meta['inputs']} inputs ({meta['visual_tokens']} visual "
           f"tokens each{batch}), {meta['reps']} interleaved repetitions, max_new_tokens={meta['max_new_tokens']}\n"
@@ -93,3 +94,5 @@ def print_report(rows, meta) -> None:
     print(markdown_table(rows, token_columns(meta["visual_tokens"])))
     for name, why in meta.get("skipped", {}).items():
         print(f"\nskipped {name}: not supported by the peer library here ({why})")
+    if json_path:
+        print(f"\nrows written to {json_path}")

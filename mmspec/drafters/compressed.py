@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
+from ..checks import check_int
 from ..drafting.compression import COMPRESSORS, visual_attention_scores
 from ..registry import Registry
 from ..runner import ModelRunner
@@ -172,8 +173,7 @@ class CompressedVLMDrafter(ModelDrafter):
         else:
             self.compressor = COMPRESSORS.get(compressor)
             self.needs_scores = compressor in ("top-k", "two-stage")
-        if not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"budget: expected an int >= 1 (visual tokens the drafter keeps), got {budget!r}")
+        check_int("budget", budget, 1, note=" (visual tokens the drafter keeps)")
         if source != "drafter":
             if source not in TARGET_VIEWS:
                 raise ValueError(f"source: expected 'drafter' or one of {TARGET_VIEWS.names()}, got {source!r}")

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from ..checks import check_int
 from ..cache import new_cache
 from ..drafting.eagle_head import EagleHead
 from ..layout import FULL, AttentionLayout
@@ -174,8 +175,7 @@ class EagleDrafter(Drafter):
             raise ValueError(f"tree_mode: expected 'static' or 'dynamic', got {tree_mode!r}")
         if not 0 < threshold < 1:
             raise ValueError(f"threshold: expected a path confidence in (0, 1), got {threshold!r}")
-        if not isinstance(max_nodes, int) or max_nodes < 1:
-            raise ValueError(f"max_nodes: expected an int >= 1, got {max_nodes!r}")
+        check_int("max_nodes", max_nodes, 1)
         hidden = text_config_of(target).hidden_size
         if head.fc.out_features != hidden:
             raise ValueError(f"head: expected an EagleHead of hidden size {hidden} (the target's), got {head.fc.out_features}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int
 from ..drafting.kv_sharing import layer_visual_scores, sparse_kv_index, visual_mask
 from ..runner import ModelRunner
 from .base import DRAFTERS, DraftRequest, Drafter
@@ -72,10 +73,8 @@ class STDDrafter(Drafter):
     verification then runs with eager attention to expose the weights)."""
 
     def __init__(self, target, keep: int = 16, query_rows: int = 8, feedback: bool = False):
-        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-            raise ValueError(f"keep: expected an int >= 1 (visual KV entries kept per layer), got {keep!r}")
-        if not isinstance(query_rows, int) or query_rows < 1:
-            raise ValueError(f"query_rows: expected an int >= 1, got {query_rows!r}")
+        check_int("keep", keep, 1, note=" (visual KV entries kept per layer)")
+        check_int("query_rows", query_rows, 1)
         self.target, self.keep, self.query_rows, self.feedback = target.eval(), keep, query_rows, bool(feedback)
         self.needs_target_attention = self.feedback  # the engine records the verifier's attention for us
         self.indexes_target_cache = True  # the view appends the target's entries by cache position

@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from ..checks import check_int
 from ..registry import Registry
 from ..models import eager_attention
 
@@ -37,8 +38,7 @@ def _check_budget(tokens: torch.Tensor, budget: int) -> None:
     if tokens.dim() != 3:
         raise ValueError(f"tokens: expected visual tokens [B, N, D], got shape {tuple(tokens.shape)}")
     n = tokens.shape[1]
-    if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= n:
-        raise ValueError(f"budget: expected an int in [1, {n}] (the image has {n} visual tokens), got {budget!r}")
+    check_int("budget", budget, 1, n, f" (the image has {n} visual tokens)")
 
 
 def _need_scores(scores, tokens, name: str) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int
 from ..cache import new_cache
 from ..models import eager_attention, with_cache
 
@@ -63,8 +64,7 @@ def sparse_kv_index(visual: torch.Tensor, scores: torch.Tensor, keep: int) -> li
     """
     b, t = visual.shape
     n = scores.shape[-1]
-    if not isinstance(keep, int) or isinstance(keep, bool) or not 1 <= keep <= n:
-        raise ValueError(f"keep: expected an int in [1, {n}] (visual tokens per row), got {keep!r}")
+    check_int("keep", keep, 1, n, " (visual tokens per row)")
     pos = torch.arange(t, device=visual.device).expand(b, t)
     text_pos = pos[~visual].view(b, t - n)  # [B, T - N]
     vis_pos = pos[visual].view(b, n)  # [B, N]

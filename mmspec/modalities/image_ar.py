@@ -42,6 +42,7 @@ import torch
 from PIL import Image
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from ..checks import check_int, check_param, is_number
 from ..config import SpecConfig
 from ..drafters.jacobi import JacobiDrafter
 from ..drafters.model import ModelDrafter
@@ -72,8 +73,7 @@ class ClassifierFreeGuidance(torch.nn.Module):
 
     def __init__(self, model, null_prompt: Sequence[int] | torch.Tensor, guidance_scale: float):
         super().__init__()
-        if isinstance(guidance_scale, bool) or not isinstance(guidance_scale, (int, float)) or guidance_scale < 0:
-            raise ValueError(f"cfg_scale: expected a number >= 0 (1 = no guidance), got {guidance_scale!r}")
+        check_param("cfg_scale", guidance_scale, is_number(guidance_scale) and guidance_scale >= 0, "a number >= 0 (1 = no guidance)")
         null = torch.as_tensor(null_prompt, dtype=torch.long).flatten()
         if null.numel() < 1:
             raise ValueError(f"null_prompt: expected at least one token id, got {null_prompt!r}")
@@ -81,25 +81,14 @@ class ClassifierFreeGuidance(torch.nn.Module):
         self.null_prompt = null
         self.guidance_scale = float(guidance_scale)
 
-    @property
-    def config(self):
-        return self.model.config
+    # what the runner and the drafters read of a model, answered by the wrapped one (nothing else: calling e.g.
+    # ``generate`` on the wrapper would silently run the unguided model)
+    FORWARDED = ("config", "dtype", "get_output_embeddings", "get_input_embeddings", "get_decoder", "set_attn_implementation")
 
-    @property
-    def dtype(self):
-        return self.model.dtype
-
-    def get_output_embeddings(self):
-        return self.model.get_output_embeddings()
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def get_decoder(self):
-        return self.model.get_decoder()
-
-    def set_attn_implementation(self, impl):
-        self.model.set_attn_implementation(impl)
+    def __getattr__(self, name: str):
+        if name in ClassifierFreeGuidance.FORWARDED:
+            return getattr(self._modules["model"], name)
+        return super().__getattr__(name)
 
     def forward(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None, cache=None, past_key_values=None,
                 **kwargs) -> CausalLMOutputWithPast:  # fmt: skip
@@ -180,10 +169,6 @@ class ImageARMethod:
 
 
 IMAGE_AR_METHODS: Registry[ImageARMethod] = Registry("image-AR method")
-
-
-def _generator(seed: int, device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 @torch.no_grad()
@@ -308,19 +293,18 @@ class ImageARSpeculator:
         ``ranks`` / ``prob_tol`` (GSD), ``reuse`` (SJD).
         """
         entry = IMAGE_AR_METHODS.get(method)
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+        check_int("seed", seed, 0)
         if window is not None and num_draft_tokens is not None and window != num_draft_tokens:
             raise ValueError(f"window: an alias of num_draft_tokens; got both ({window} and {num_draft_tokens})")
         k = num_draft_tokens if num_draft_tokens is not None else window if window is not None else entry.num_draft_tokens
         name = "num_draft_tokens" if num_draft_tokens is not None or window is None else "window"
-        if entry.verifier is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"{name}: expected an int >= 1, got {k!r}")
+        if entry.verifier is not None:
+            check_int(name, k, 1)
         prefix = self.prefix_ids(condition)
         cfg_scale = self.cfg_scale if cfg_scale is None else cfg_scale
         ClassifierFreeGuidance(self.target, self.null_prompt, cfg_scale)  # validates cfg_scale
         sampling = SamplingParams(temperature, top_k, top_p)
-        generator = generator or _generator(seed, prefix.device)
+        generator = generator or torch.Generator(device=prefix.device).manual_seed(seed)
         num_tokens = self.grid[0] * self.grid[1]
         if entry.verifier is None:
             out = plain_ar(self.guided(self.target, cfg_scale), prefix, num_tokens, sampling, generator, self.codebook_size)

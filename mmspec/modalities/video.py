@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..checks import check_int
 from .vlm import VLMOutput, VLMSpeculator, _as_list, model_inputs, on_target, pair_prompts
 
 
@@ -24,8 +25,7 @@ def sample_indices(total: int, num_frames: int | None) -> np.ndarray:
     """``num_frames`` indices spread uniformly over ``total`` frames (first and last included); all when None."""
     if num_frames is None:
         return np.arange(total)
-    if not isinstance(num_frames, (int, np.integer)) or isinstance(num_frames, bool) or num_frames < 1:
-        raise ValueError(f"num_frames: expected an int >= 1 or None (every frame), got {num_frames!r}")
+    check_int("num_frames", num_frames, 1, note=" or None (every frame)")
     if num_frames > total:
         raise ValueError(f"num_frames: the clip has {total} frames, fewer than the {num_frames} asked for; pass "
                          f"num_frames <= {total} or None (every frame)")  # fmt: skip

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int, check_param
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain
+from .base import VERIFIERS, BenchCase, Verifier, first_rejection, reference_chain, require_chain
 from .exact import bench_inputs
 
 
@@ -54,7 +55,7 @@ class ActionToleranceVerifier(Verifier):
     paper = "Spec-VLA; KERV (Kalman fallback, kinematic tolerance), METHODS.md §3"
 
     def __init__(self, r: int = 1):
-        check_param("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 0, "an int >= 0 (bins)")
+        check_int("r", r, 0, note=" (bins)")
         self.r = r
 
     def verify(self, proposal, scores, generator=None) -> Verdict:

@@ -69,17 +69,6 @@ def make_verifier(name: str, **params) -> Verifier:
         raise TypeError(f"verifier {name!r}: bad parameters {params}: {e}") from None
 
 
-def is_int(value) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_param(name: str, value, ok: bool, expected: str) -> None:
-    """Raise the standard clear error for a bad verifier parameter."""
-    if not ok:
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
-
-
 def require_chain(proposal: Proposal, rule: str) -> None:
     if proposal.is_tree:
         raise ValueError(f"proposal: the {rule!r} verifier takes token chains, got a token tree (tree=...)")

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int, check_param
 from ..types import Verdict
-from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain)
+from .base import (VERIFIERS, BenchCase, Verifier, first_rejection, reference_chain)
 from .exact import bench_inputs, chain_inputs, reference_residual_sample, residual_weights, token_probs
 
 
@@ -209,7 +210,7 @@ class GroupedSpeculativeVerifier(Verifier):
 
     def __init__(self, ranks: int = 7, prob_tol: float = 0.15, embeddings: torch.Tensor | None = None,
                  dist_threshold: float | None = None):  # fmt: skip
-        check_param("ranks", ranks, isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 0, "an int >= 0")
+        check_int("ranks", ranks, 0)
         check_param("prob_tol", prob_tol, isinstance(prob_tol, (int, float)) and prob_tol > 0, "a number > 0")
         if embeddings is not None and dist_threshold is None:
             dist_threshold = calibrate_distance_threshold(embeddings)

@@ -59,14 +59,6 @@ def speculative_core(x, p, q, u, e) -> Verdict:
     return Verdict(num_accepted=n, next_tokens=next_tokens)
 
 
-def _residual_rule(proposal: Proposal, scores: TargetScores, generator, q: torch.Tensor | None) -> Verdict:
-    x, p = proposal.tokens, scores.probs  # [B, K], [B, K+1, V]
-    if p is None:
-        raise ValueError("scores.probs: this verifier needs the processed target distributions, got None")
-    u = draft_uniforms(x, generator)  # [B, K]
-    return speculative_core(x, p, q, u, residual_noise(p, generator))
-
-
 @VERIFIERS.register("speculative")
 class SpeculativeSamplingVerifier(Verifier):
     """Speculative sampling with the residual correction; uses the drafter's q, or one-hot q when it has none."""
@@ -81,7 +73,8 @@ class SpeculativeSamplingVerifier(Verifier):
             proposal = dataclasses.replace(proposal, probs=None)
         if proposal.is_tree:
             return verify_tree_sampling(proposal, scores, generator)
-        return _residual_rule(proposal, scores, generator, proposal.probs)
+        x, p, u, e = chain_inputs(proposal, scores, generator, "speculative")
+        return speculative_core(x, p, proposal.probs, u, e)
 
 
 @VERIFIERS.register("deterministic")

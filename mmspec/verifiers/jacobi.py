@@ -53,9 +53,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..checks import check_int, check_param, is_number
 from ..types import Proposal, TargetScores, Verdict, Window
 from ..window import FRESH_INIT, check_init, race, shift_window
-from .base import VERIFIERS, BenchCase, Verifier, first_rejection
+from .base import VERIFIERS, BenchCase, Verifier, first_rejection, require_probs
 
 _EMPTY = 1e-12  # a residual whose mass is below this is numerically empty: fall back to p (METHODS.md §1)
 
@@ -333,9 +334,7 @@ def _inputs(proposal: Proposal, scores: TargetScores):
     """Validate and unpack: d [B, K], q [B, K, V] | None, p [B, K+1, V]."""
     if proposal.is_tree:
         raise ValueError("proposal.parents: Jacobi verifiers verify a window (a chain of drafts), got a token tree")
-    d, q, p = proposal.tokens, proposal.probs, scores.probs
-    if p is None:
-        raise ValueError("scores.probs: Jacobi verifiers need the processed target distributions p_0..p_K, got None")
+    d, q, p = proposal.tokens, proposal.probs, require_probs(scores, "jacobi")  # p_0..p_K
     b, k = d.shape
     if p.dim() != 3 or p.shape[:2] != (b, k + 1):
         raise ValueError(f"scores.probs: expected shape [B, K+1, V] = [{b}, {k + 1}, V], got {list(p.shape)}")
@@ -397,10 +396,8 @@ class SJDVerifier(_JacobiVerifier):
              "Jacobi Decoding (arXiv:2410.01699); reuse: SJD++ (Teng et al. 2025, arXiv:2512.07503)")
 
     def __init__(self, init: str = "random", reuse: float | None = None):
-        ok = reuse is None or (isinstance(reuse, (int, float)) and not isinstance(reuse, bool) and 0 < reuse <= 1)
-        if not ok:
-            raise ValueError(f"reuse: expected None or a probability in (0, 1] (the confidence above which a draft is "
-                             f"kept), got {reuse!r}")  # fmt: skip
+        check_param("reuse", reuse, reuse is None or (is_number(reuse) and 0 < reuse <= 1),
+                    "None or a probability in (0, 1] (the confidence above which a draft is kept)")  # fmt: skip
         super().__init__(init)
         self.reuse = reuse
 
@@ -447,8 +444,7 @@ class GumbelSJDVerifier(_JacobiVerifier):
     _rule = staticmethod(gumbel_sjd_rule)
 
     def __init__(self, seed: int = 0, init: str = "random"):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed: expected an int >= 0 (the Gumbel noise seed), got {seed!r}")
+        check_int("seed", seed, 0, note=" (the Gumbel noise seed)")
         super().__init__(init)
         self.seed = seed
 

@@ -22,8 +22,9 @@ from typing import Iterable, Sequence
 
 import torch
 
+from ..checks import check_int, check_param
 from ..types import Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int
+from .base import VERIFIERS, BenchCase, Verifier, first_rejection
 from .exact import chain_inputs, reference_residual_sample, residual_weights, token_probs
 
 
@@ -142,8 +143,8 @@ def build_phrase_library(sequences: Iterable[Sequence[int]], num_merges: int, mi
 
     An offline builder in plain Python: O(num_merges x corpus length).
     """
-    check_param("num_merges", num_merges, is_int(num_merges) and num_merges >= 0, "an int >= 0")
-    check_param("min_count", min_count, is_int(min_count) and min_count >= 1, "an int >= 1")
+    check_int("num_merges", num_merges, 0)
+    check_int("min_count", min_count, 1)
     corpus: list[list[tuple[int, ...]]] = []
     for seq in sequences:
         tokens = [int(t) for t in (seq.tolist() if isinstance(seq, torch.Tensor) else seq)]

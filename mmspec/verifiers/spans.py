@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int, check_param, is_number
 from ..types import Proposal, Verdict
-from .base import VERIFIERS, BenchCase, Verifier, check_param, first_rejection, is_int, require_chain
+from .base import VERIFIERS, BenchCase, Verifier, first_rejection, require_chain
 from .exact import chain_inputs, reference_residual_sample, residual_weights, token_probs
 from .phrase import bench_inputs
 
@@ -108,7 +109,7 @@ class EditDistanceVerifier(Verifier):
     paper = "HSD (Liao et al. 2026, arXiv:2602.12957), τ-matching"
 
     def __init__(self, tau: int = 1):
-        check_param("tau", tau, is_int(tau) and tau >= 0, "an int >= 0 (allowed edit operations)")
+        check_int("tau", tau, 0, note=" (allowed edit operations)")
         self.tau = tau
 
     def verify(self, proposal, scores, generator=None) -> Verdict:
@@ -194,8 +195,8 @@ class ConfidenceSkipVerifier(Verifier):
     paper = "VVS (Dong et al. 2025, arXiv:2511.13587)"
 
     def __init__(self, threshold: float = 0.9):
-        ok = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and threshold > 0
-        check_param("threshold", threshold, ok, "a number > 0 (drafter confidence at which to skip; > 1 = never skip)")
+        check_param("threshold", threshold, is_number(threshold) and threshold > 0,
+                    "a number > 0 (drafter confidence at which to skip; > 1 = never skip)")  # fmt: skip
         self.threshold = float(threshold)
 
     def verify(self, proposal, scores, generator=None) -> Verdict:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int, check_param
 from ..types import Verdict
-from .base import (VERIFIERS, BenchCase, Verifier, check_param, first_rejection, reference_chain, require_chain,
+from .base import (VERIFIERS, BenchCase, Verifier, first_rejection, reference_chain, require_chain,
                    require_probs)
 from .exact import bench_inputs, chain_inputs, reference_ratio_chain, residual_noise, residual_weights, token_probs
 
@@ -97,7 +98,7 @@ class TopRVerifier(Verifier):
     paper = "UGSD (rank-relaxed acceptance), METHODS.md §3"
 
     def __init__(self, r: int = 3):
-        check_param("r", r, isinstance(r, int) and not isinstance(r, bool) and r >= 1, "an int >= 1")
+        check_int("r", r, 1)
         self.r = r
 
     def verify(self, proposal, scores, generator=None) -> Verdict:

@@ -14,6 +14,7 @@ import torch
 from ..sampling import sample
 from ..tree import ancestor_matrix, child_table, depths, path_to
 from ..types import Proposal, TargetScores, Verdict
+from .base import require_probs
 
 
 def verify_tree_greedy(proposal: Proposal, scores: TargetScores) -> Verdict:
@@ -34,9 +35,7 @@ def verify_tree_greedy(proposal: Proposal, scores: TargetScores) -> Verdict:
 
 def verify_tree_sampling(proposal: Proposal, scores: TargetScores, generator=None) -> Verdict:
     tokens, parents, q = proposal.tokens, proposal.parents, proposal.probs  # [B, N], -, [B, N, V] | None
-    p = scores.probs  # [B, N+1, V]
-    if p is None:
-        raise ValueError("scores.probs: tree sampling needs the processed target distributions, got None")
+    p = require_probs(scores, "tree sampling")  # [B, N+1, V]
     b, device = tokens.shape[0], tokens.device
     rows = torch.arange(b, device=device)
     kids = child_table(parents, device)  # [N+1, C]

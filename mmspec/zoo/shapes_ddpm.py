@@ -33,6 +33,7 @@ from ..training import count_parameters, fit
 from .integrity import load_model, require_weights, write_card
 from .registry import WEIGHTS, ZOO, ZooEntry
 from .shapes_t2i import IMAGE_SIZE, NUM_CLASSES, example, to_condition, to_tensor
+from .stages import save_half
 
 NULL_CLASS = NUM_CLASSES  # the class id of the empty condition (classifier-free guidance)
 
@@ -99,8 +100,7 @@ def train(out_dir: str | Path, *, steps: int = 10000, dataset_size: int = 30000,
                  weight_decay=0.0)  # fmt: skip
     stage = {"steps": steps, "lr": lr, "final_loss": round(sum(losses[-100:]) / len(losses[-100:]), 4),
              "train_seconds": round(time.time() - t0, 1)}  # fmt: skip
-    unet.eval()
-    unet.to(torch.float16).save_pretrained(out / "unet")
+    save_half(unet, out / "unet")
     scheduler.save_pretrained(out / "scheduler")
     stages = card.get("unet", {}).get("stages", []) + [{**stage, "resumed": resume}]
     card.update({"entry": "shapes-ddpm", "seed": seed, "image_size": IMAGE_SIZE, "conditions": NUM_CLASSES,

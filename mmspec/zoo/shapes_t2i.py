@@ -19,7 +19,7 @@ Models (all Hugging Face classes, safetensors via ``save_pretrained``):
 
 from __future__ import annotations
 
-import json
+import functools
 import random
 import time
 from dataclasses import dataclass
@@ -32,9 +32,10 @@ from PIL import Image, ImageDraw
 
 from ..modalities.image_ar import codes_to_images, images_to_codes
 from ..training import card_entry, fit
-from .integrity import load_model, require_weights, write_card
+from .integrity import load_model, require_weights
 from .registry import ZOO, ZooEntry
 from .shapes import COLORS, SHAPES, draw_shape
+from .stages import open_card, run_stages, save_half
 
 IMAGE_SIZE = 32
 GRID = 8  # codes per side (IMAGE_SIZE / 4)
@@ -229,12 +230,9 @@ def _train_vq(out: Path, steps: int, batch_size: int, lr: float, seed: int) -> d
         return (weight * err).sum() / (weight.sum() * 3) + commit
 
     losses_seen: list[int] = []
-    t0 = time.time()
     losses = fit(loss_fn, vq.parameters(), steps=steps, lr=lr, seed=seed, desc="vq")
-    vq.eval()
-    vq.to(torch.float16).save_pretrained(out / "vq")
-    vq.float()
-    return card_entry(vq, losses, steps, lr, train_seconds=round(time.time() - t0, 1), **vq_quality(vq))
+    save_half(vq, out / "vq")
+    return card_entry(vq, losses, steps, lr, **vq_quality(vq))
 
 
 @torch.no_grad()
@@ -308,12 +306,9 @@ def _train_ar(out: Path, name: str, size: dict, prefix, codes, steps, batch_size
         return F.kl_div(F.log_softmax(logits[..., :CODEBOOK], -1), F.log_softmax(t[..., :CODEBOOK], -1),
                         log_target=True, reduction="batchmean") / logits.shape[1]  # fmt: skip
 
-    t0 = time.time()
     losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=name)
-    model.eval()
-    model.to(torch.float16).save_pretrained(out / name)
-    model.float()
-    return card_entry(model, losses, steps, lr, train_seconds=round(time.time() - t0, 1))
+    save_half(model, out / name)
+    return card_entry(model, losses, steps, lr)
 
 
 def _train_judge(out: Path, steps: int, batch_size: int, lr: float, seed: int) -> dict:
@@ -326,24 +321,18 @@ def _train_judge(out: Path, steps: int, batch_size: int, lr: float, seed: int) -
         conds, x = _batch_images(rng, batch_size)
         return judge(pixel_values=x, labels=torch.tensor([c.label for c in conds])).loss
 
-    t0 = time.time()
     losses = fit(loss_fn, judge.parameters(), steps=steps, lr=lr, seed=seed, desc="judge")
-    judge.eval()
-    judge.to(torch.float16).save_pretrained(out / "judge")
-    judge.float()
+    save_half(judge, out / "judge")
     pairs = [example(i, "test") for i in range(1000)]
     with torch.no_grad():
         pred = judge(pixel_values=to_tensor([im for _, im in pairs])).logits.argmax(-1)
     acc = (pred == torch.tensor([c.label for c, _ in pairs])).float().mean().item()
-    return card_entry(judge, losses, steps, lr, test_accuracy=round(acc, 4), train_seconds=round(time.time() - t0, 1))
-
-
-STAGES = ("vq", "judge", "target", "drafter")
+    return card_entry(judge, losses, steps, lr, test_accuracy=round(acc, 4))
 
 
 def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500, target_steps: int = 4000,
           drafter_steps: int = 1500, dataset_size: int = 20000, batch_size: int = 64, target_lr: float = 2e-3,
-          seed: int = 0, only: tuple[str, ...] = STAGES, smoke: bool = False, resume_target: bool = False) -> dict:  # fmt: skip
+          seed: int = 0, only: tuple[str, ...] | None = None, smoke: bool = False, resume_target: bool = False) -> dict:  # fmt: skip
     """Train the shapes-t2i entry into ``out_dir`` (stages: vq, judge, target, drafter; ``only`` picks some).
 
     ``resume_target=True`` continues the saved target for ``target_steps`` more steps (recorded in the card as a
@@ -351,44 +340,39 @@ def train(out_dir: str | Path, *, vq_steps: int = 1000, judge_steps: int = 1500,
     from diffusers import VQModel
     from transformers import LlamaForCausalLM
 
-    bad = [s for s in only if s not in STAGES]
-    if bad:
-        raise ValueError(f"only: expected stages among {STAGES}, got {bad}")
     if smoke:
         vq_steps = judge_steps = target_steps = drafter_steps = 2
         dataset_size, batch_size = 16, 4
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    card_path = out / "card.json"
-    card = json.loads(card_path.read_text()) if card_path.exists() else {}
+    card = open_card(out, True)
     card.update({"entry": "shapes-t2i", "seed": seed, "image_size": IMAGE_SIZE, "grid": GRID, "codebook": CODEBOOK,
                  "conditions": NUM_CLASSES, "batch_size": batch_size})  # fmt: skip
-    models = card.setdefault("models", {})
-    if "vq" in only:
-        models["vq"] = _train_vq(out, vq_steps, batch_size, 2e-3, seed)
-    if "judge" in only:
-        models["judge"] = _train_judge(out, judge_steps, batch_size, 2e-3, seed)
-    if "target" in only or "drafter" in only:
-        vq = VQModel.from_pretrained(out / "vq", torch_dtype=torch.float32).eval()
+
+    @functools.cache
+    def dataset():  # the training images tokenised once by the trained VQ, for the target and the drafter
         t0 = time.time()
+        vq = VQModel.from_pretrained(out / "vq", torch_dtype=torch.float32).eval()
         prefix, codes = _code_dataset(vq, dataset_size)
         card["dataset"] = {"images": dataset_size, "tokenise_seconds": round(time.time() - t0, 1)}
-        if "target" in only and resume_target:
-            stage = _train_ar(out, "target", TARGET_SIZE, prefix, codes, target_steps, batch_size, target_lr, seed + 1,
-                              resume=True)  # fmt: skip
-            previous = models["target"]
-            models["target"] = {**stage, "steps": previous["steps"] + target_steps,
-                                "train_seconds": round(previous["train_seconds"] + stage["train_seconds"], 1),
-                                "stages": previous.get("stages", [{k: previous[k] for k in ("steps", "lr", "final_loss")}])
-                                + [{"steps": target_steps, "lr": target_lr, "final_loss": stage["final_loss"], "resumed": True}]}  # fmt: skip
-        elif "target" in only:
-            models["target"] = _train_ar(out, "target", TARGET_SIZE, prefix, codes, target_steps, batch_size, target_lr, seed)
-        if "drafter" in only:
-            teacher = LlamaForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
-            models["drafter"] = _train_ar(out, "drafter", DRAFTER_SIZE, prefix, codes, drafter_steps, batch_size, 3e-3,
-                                          seed, teacher=teacher)  # fmt: skip
-    write_card(out, card)  # with a sha256 per file, verified on load
-    return card
+        return prefix, codes
+
+    def target():
+        if not resume_target:
+            return _train_ar(out, "target", TARGET_SIZE, *dataset(), target_steps, batch_size, target_lr, seed)
+        stage = _train_ar(out, "target", TARGET_SIZE, *dataset(), target_steps, batch_size, target_lr, seed + 1, resume=True)
+        previous = card["models"]["target"]
+        return {**stage, "steps": previous["steps"] + target_steps, "train_seconds": previous["train_seconds"],
+                "stages": previous.get("stages", [{k: previous[k] for k in ("steps", "lr", "final_loss")}])
+                + [{"steps": target_steps, "lr": target_lr, "final_loss": stage["final_loss"], "resumed": True}]}  # fmt: skip
+
+    def drafter():
+        teacher = LlamaForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+        return _train_ar(out, "drafter", DRAFTER_SIZE, *dataset(), drafter_steps, batch_size, 3e-3, seed, teacher=teacher)
+
+    stages = {"vq": lambda: _train_vq(out, vq_steps, batch_size, 2e-3, seed),
+              "judge": lambda: _train_judge(out, judge_steps, batch_size, 2e-3, seed), "target": target, "drafter": drafter}
+    return run_stages(out, card, stages, only)
 
 
 # ---- the entry: what `mmspec.zoo.load("shapes-t2i")` returns ----

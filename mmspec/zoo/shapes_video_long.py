@@ -14,6 +14,7 @@ from ..training import card_entry, fit
 from .integrity import load_model, require_weights, write_card
 from .registry import WEIGHTS, ZOO, ZooEntry
 from .shapes_video.data import FRAME_SIZE, NUM_FRAMES, build_processor, caption_accuracy, collate, example
+from .stages import save_half
 
 LONG_ENTRY = "shapes-video-long"
 LONG_SLOWDOWNS = (1, 2, 4, 8, 16, 16)  # one drawn per batch: half the compute goes to 16x clips (1,024 video tokens)
@@ -52,12 +53,8 @@ def train_long(out_dir: str | Path, *, base: str | Path, steps: int = 800, batch
 
     model.train()
     losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc="fine-tune target on long clips")
-    model.eval()
-    after = {f"{r}x": caption_accuracy(model, processor, n=n_eval, slowdown=r) for r in eval_slowdowns}
-    model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float16).save_pretrained(out_dir / "target")
-    processor.save_pretrained(out_dir / "target")
+    after = {f"{r}x": caption_accuracy(model.eval(), processor, n=n_eval, slowdown=r) for r in eval_slowdowns}
+    save_half(model, out_dir / "target", processor, pad_token_id=processor.tokenizer.pad_token_id)
     card = {"entry": LONG_ENTRY, "base": f"shapes-video target ({base.name})", "seed": seed, "batch_size": bs,
             "frames": f"{NUM_FRAMES} x slowdown", "slowdowns_per_batch": list(slowdowns), "frame_size": FRAME_SIZE,
             "models": {"target": card_entry(model, losses, steps, lr, train_seconds=round(time.perf_counter() - t0, 1),

@@ -12,20 +12,19 @@ All three share one word-level tokenizer (saved with the processor in ``target/`
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .integrity import load_model, require_weights, write_card
+from .integrity import load_model, require_weights
 from .registry import ZOO, ZooEntry, load_eagle
 from .shapes import make_scene, vocabulary, word_tokenizer
+from .stages import example_batches, model_stage, open_card, run_stages, supervised
 from ..metrics import exact_match_accuracy
-from ..training import card_entry, fit, pack_answers
+from ..training import pack_answers
 
 ENTRY = "shapes-vlm"
 IMAGE_SIZE = 96
@@ -147,19 +146,6 @@ def collate(processor, batch, with_image: bool):
     return out
 
 
-def train_model(model, processor, *, with_image: bool, steps: int, batch_size: int, lr: float, seed: int, desc: str):
-    """AdamW with warm-up + cosine decay on freshly generated scenes; returns the loss curve."""
-
-    def loss_fn(rng):
-        batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)]
-        return model(**collate(processor, batch, with_image)).loss
-
-    model.train()
-    losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=desc)
-    model.eval()
-    return losses
-
-
 def caption_accuracy(model, processor, n: int = 200, batch_size: int = 25) -> float:
     """Exact-match caption accuracy of greedy decoding on ``n`` held-out (test split) scenes."""
     return exact_match_accuracy(model, processor, [make_scene(i, "test") for i in range(n)], media="images",
@@ -180,55 +166,31 @@ def train(out_dir: str | Path, *, target_steps: int = 1500, drafter_steps: int =
     out_dir = Path(out_dir)
     processor = build_processor()
     tok = processor.tokenizer
-    ids = dict(
-        vocab_size=8 * math.ceil(len(tok) / 8),  # padded vocabulary width
-        pad_id=tok.pad_token_id,
-        bos_id=tok.bos_token_id,
-        eos_id=tok.eos_token_id,
-    )
+    ids = dict(vocab_size=8 * math.ceil(len(tok) / 8), pad_id=tok.pad_token_id, bos_id=tok.bos_token_id,
+               eos_id=tok.eos_token_id)  # a padded vocabulary width  # fmt: skip
     image_id = tok.convert_tokens_to_ids("<image>")
-    card = {"entry": ENTRY, "seed": seed, "batch_size": batch_size, "models": {}}
-    if only and (out_dir / "card.json").exists():
-        card = json.loads((out_dir / "card.json").read_text())
-    plan = [
-        ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, **ids)), False, drafter_steps, 2e-3),
-        ("drafter-vlm", lambda: LlavaForConditionalGeneration(vlm_config(DRAFTER_SIZES, image_token_id=image_id, **ids)),
-         True, drafter_steps, 2e-3),
-        ("target", lambda: LlavaForConditionalGeneration(vlm_config(TARGET_SIZES, image_token_id=image_id, **ids)),
-         True, target_steps, target_lr),
-    ]  # fmt: skip
-    plan.append(("eagle", None, True, eagle_steps, 2e-3))  # on the trained target: train it first
-    names = [p[0] for p in plan]
-    if only and not set(only) <= set(names):
-        raise ValueError(f"only: expected names among {names}, got {list(only)}")
-    for name, build, with_image, steps, lr in plan:
-        if only and name not in only:
-            continue
-        if name == "eagle":
-            entry = _train_eagle(out_dir, processor, steps=2 if smoke else steps, batch_size=4 if smoke else batch_size,
-                                 lr=lr, seed=seed)  # fmt: skip
-            card["models"][name] = entry
-            print(name, json.dumps(entry), flush=True)
-            continue
-        torch.manual_seed(seed)
-        model = build()
-        t0 = time.perf_counter()
-        losses = train_model(model, processor, with_image=with_image, steps=2 if smoke else steps,
-                             batch_size=4 if smoke else batch_size, lr=lr, seed=seed, desc=f"train {name}")  # fmt: skip
-        seconds = time.perf_counter() - t0
-        entry = card_entry(model, losses, steps, lr, train_seconds=round(seconds, 1))
-        if with_image:
-            entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
-        card["models"][name] = entry
-        print(name, json.dumps(entry), flush=True)
-        model.generation_config.pad_token_id = tok.pad_token_id
-        model.to(torch.float16).save_pretrained(out_dir / name)
-        if name == "target":
-            processor.save_pretrained(out_dir / name)
-        else:
-            tok.save_pretrained(out_dir / name)
-    write_card(out_dir, card)  # with a sha256 per file, verified on load
-    return card
+    bs = 4 if smoke else batch_size
+
+    def supervised_stage(name: str, build, with_image: bool, steps: int, lr: float):  # labels only, fresh scenes
+        batches = example_batches(example, collate, processor, bs, with_image)
+        train = supervised(batches, steps=2 if smoke else steps, lr=lr, seed=seed, desc=f"train {name}")
+        accuracy = (lambda model: caption_accuracy(model, processor, n=8 if smoke else 200)) if with_image else None
+        return model_stage(out_dir, name, build, train, steps=steps, lr=lr, seed=seed, processor=processor, evaluate=accuracy)
+
+    def vlm(sizes):
+        return lambda: LlavaForConditionalGeneration(vlm_config(sizes, image_token_id=image_id, **ids))
+
+    stages = {
+        "drafter-text": supervised_stage("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, **ids)), False,
+                                   drafter_steps, 2e-3),
+        "drafter-vlm": supervised_stage("drafter-vlm", vlm(DRAFTER_SIZES), True, drafter_steps, 2e-3),
+        "target": supervised_stage("target", vlm(TARGET_SIZES), True, target_steps, target_lr),
+        # on the trained target: train it first
+        "eagle": lambda: _train_eagle(out_dir, processor, steps=2 if smoke else eagle_steps, batch_size=bs, lr=2e-3,
+                                      seed=seed),
+    }  # fmt: skip
+    card = open_card(out_dir, only, entry=ENTRY, seed=seed, batch_size=batch_size)
+    return run_stages(out_dir, card, stages, only)
 
 
 def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
@@ -237,15 +199,10 @@ def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: f
 
     from ..training.distill import train_eagle_head
 
-    t0 = time.perf_counter()
     target = LlavaForConditionalGeneration.from_pretrained(out_dir / "target", dtype=torch.float32,
                                                            local_files_only=True).eval()  # fmt: skip
-
-    def batches(rng):
-        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
-
-    entry = train_eagle_head(target, batches, out_dir / "eagle", intermediate_size=512, steps=steps, lr=lr, seed=seed)
-    return {**entry, "train_seconds": round(time.perf_counter() - t0, 1)}
+    return train_eagle_head(target, example_batches(example, collate, processor, batch_size), out_dir / "eagle",
+                            intermediate_size=512, steps=steps, lr=lr, seed=seed)  # fmt: skip
 
 
 # ---- the entry: what `mmspec.zoo.load("shapes-vlm")` returns ----

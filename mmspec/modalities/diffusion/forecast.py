@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ...checks import check_int
 from ...registry import Registry
 from ...verifiers import VERIFIERS
 from ...verifiers.continuous import ForecastProposal, ForecastScores
@@ -157,9 +158,8 @@ class ForecastGatedSampling(DiffusionMethod):
     params = ("tau0", "beta", "floor", "order", "max_forecast")
 
     def run(self, ctx, x, tau0: float = 0.1, beta: float = 0.5, floor: float = 0.01, order: int = 2, max_forecast: int = 4):
-        for name, value, low in (("order", order, 0), ("max_forecast", max_forecast, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        check_int("order", order, 0)
+        check_int("max_forecast", max_forecast, 1)
         kernel, den = ctx.kernel, ctx.denoiser
         gated = GatedModel(den.model, VERIFIERS.get("forecast-gating")(tau0=tau0, beta=beta, floor=floor), order, max_forecast)
         run = type(den)(gated, kernel, den.cfg_scale, den.null)

@@ -23,11 +23,11 @@ Two frozen quantities give the drafts of speculative sampling:
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 
 import torch
 
+from ...checks import check_int, check_param, is_number
 from ...registry import Registry
 
 F64 = torch.float64
@@ -171,8 +171,7 @@ def ddim_kernel(config, num_steps: int, eta: float = 1.0) -> GaussianKernel:
     """DDIM steps with noise scale η (``DDIMScheduler``; η = 0 is deterministic). Like ``step()`` with the
     default ``use_clipped_model_output=False``: x̂0 is clipped, ε̂ is the unclipped prediction."""
     _check_common(config, "ddim")
-    if not isinstance(eta, (int, float)) or isinstance(eta, bool) or not 0 <= eta <= 1 or math.isnan(eta):
-        raise ValueError(f"eta: expected a number in [0, 1] (DDIM noise scale), got {eta!r}")
+    check_param("eta", eta, is_number(eta) and 0 <= eta <= 1, "a number in [0, 1] (DDIM noise scale)")
     sched = _fresh("DDIMScheduler", config, num_steps)
     t = sched.timesteps.to(torch.int64)  # [N]
     ac = sched.alphas_cumprod.to(F64)
@@ -230,8 +229,7 @@ def sampler_of(scheduler) -> str:
 def build_kernel(sampler: str, config, num_steps: int, **options) -> GaussianKernel:
     """The kernel of ``sampler`` for ``num_steps`` steps from a scheduler ``config`` (any diffusers scheduler's
     config with the same training schedule: the sampler's own class is rebuilt from it)."""
-    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
-        raise ValueError(f"num_inference_steps: expected an int >= 1, got {num_steps!r}")
+    check_int("num_inference_steps", num_steps, 1)
     if num_steps > config["num_train_timesteps"]:
         raise ValueError(f"num_inference_steps: expected at most num_train_timesteps = {config['num_train_timesteps']}, "
                          f"got {num_steps}")  # fmt: skip

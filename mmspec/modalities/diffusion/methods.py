@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...checks import check_int, check_param, is_number
 from ...registry import Registry
 from ...types import Stats
 from ...verifiers import VERIFIERS
@@ -35,13 +36,7 @@ class DiffusionStats(Stats):
     row_rounds: list[int] = field(default_factory=list)  # per sample: rounds in which it was evaluated
     total_seconds: float = 0.0
 
-    @property
-    def num_rounds(self) -> int:
-        return self.rounds
-
-    @property
-    def target_forwards(self) -> int:
-        return self.rounds
+    num_rounds = target_forwards = property(lambda self: self.rounds)  # diffusion's rounds are its target calls
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -54,9 +49,7 @@ class DiffusionStats(Stats):
         rows = self.row_rounds or [self.rounds]
         return self.steps * len(rows) / max(1, sum(rows))
 
-    @property
-    def batch_compression(self) -> float:
-        return self.mean_accepted_tokens
+    batch_compression = property(lambda self: self.mean_accepted_tokens)  # the batch runs until its slowest row
 
     @property
     def acceptance_rate(self) -> float:
@@ -231,8 +224,7 @@ class SpeculativeSampling(DiffusionMethod):
 
     def run(self, ctx, x, lookahead: int = 4, draft: str | None = None, verifier="reflection-coupling",
             verifier_params: dict | None = None):  # fmt: skip
-        if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 1:
-            raise ValueError(f"lookahead: expected an int >= 1 (drafted steps per round), got {lookahead!r}")
+        check_int("lookahead", lookahead, 1, note=" (drafted steps per round)")
         kernel, den, g = ctx.kernel, ctx.denoiser, ctx.generator
         rule = DRAFT_RULES.get(draft or self.draft_rule)
         check = VERIFIERS.get(verifier)(**(verifier_params or {})) if isinstance(verifier, str) else verifier
@@ -345,10 +337,8 @@ class PicardSampling(DiffusionMethod):
     draft_length = "window"
 
     def run(self, ctx, x, window: int = 8, tolerance: float = 0.1):
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise ValueError(f"window: expected an int >= 1 (Picard window in steps), got {window!r}")
-        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance >= 0:
-            raise ValueError(f"tolerance: expected a number >= 0, got {tolerance!r}")
+        check_int("window", window, 1, note=" (Picard window in steps)")
+        check_param("tolerance", tolerance, is_number(tolerance) and tolerance >= 0, "a number >= 0")
         kernel, den = ctx.kernel, ctx.denoiser
         big_n, b, shape = kernel.num_steps, x.shape[0], x.shape[1:]
         noise = StepNoise(ctx.seed, x.shape, x.device, x.dtype)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...checks import check_int, check_param, is_number
 from ..images import to_pil
 from .gaussian import KERNELS, GaussianKernel, build_kernel, sampler_of
 from .methods import DIFFUSION_METHODS, DiffusionStats, SampleContext
@@ -82,8 +83,7 @@ class DiffusionSpeculator:
 
     def _conditions(self, conditions, batch_size):
         if conditions is None:
-            if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-                raise ValueError(f"batch_size: expected an int >= 1 when no conditions are given, got {batch_size!r}")
+            check_int("batch_size", batch_size, 1, note=" when no conditions are given")
             return None, batch_size
         if isinstance(conditions, (str, int)) or not hasattr(conditions, "__len__"):
             conditions = [conditions]
@@ -134,8 +134,7 @@ class DiffusionSpeculator:
                 f"deterministic: reflection coupling has nothing to couple. Use sampler='ddpm', 'euler-ancestral' or "
                 f"'ddim' with eta > 0, or the lossy method 'speca' (forecast gating works with deterministic samplers)")  # fmt: skip
         scale = self.cfg_scale if cfg_scale is None else cfg_scale
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale >= 0:
-            raise ValueError(f"cfg_scale: expected a number >= 0, got {scale!r}")
+        check_param("cfg_scale", scale, is_number(scale) and scale >= 0, "a number >= 0")
         cond, b = self._conditions(conditions, batch_size)
         if scale != 1.0 and cond is not None and self.null_condition is None:
             raise ValueError(f"cfg_scale: classifier-free guidance (cfg_scale={scale}) needs null_condition= on the speculator")

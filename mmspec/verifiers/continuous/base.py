@@ -349,19 +349,21 @@ def _check_int(rule: str, name: str, value, low: int):
         raise ValueError(f"{rule}: {name} must be an int >= {low}, got {value!r}")
 
 
-def _check_gaussian_pair(proposal: GaussianProposal, scores: GaussianScores):
-    if not isinstance(proposal, GaussianProposal) or not isinstance(scores, GaussianScores):
-        raise TypeError(f"reflection-coupling: expected (GaussianProposal, GaussianScores), got "
+def _check_types(rule: str, proposal, scores, proposal_type: type, scores_type: type) -> None:
+    if not isinstance(proposal, proposal_type) or not isinstance(scores, scores_type):
+        raise TypeError(f"{rule}: expected ({proposal_type.__name__}, {scores_type.__name__}), got "
                         f"({type(proposal).__name__}, {type(scores).__name__})")  # fmt: skip
+
+
+def _check_gaussian_pair(proposal: GaussianProposal, scores: GaussianScores):
+    _check_types("reflection-coupling", proposal, scores, GaussianProposal, GaussianScores)
     if scores.means.shape != proposal.means.shape:
         raise ValueError(f"GaussianScores.means: expected the proposal's shape [B, L, D] = {list(proposal.means.shape)}, "
                          f"got {list(scores.means.shape)}")  # fmt: skip
 
 
 def _check_density_pair(proposal: DensityProposal, scores: DensityScores):
-    if not isinstance(proposal, DensityProposal) or not isinstance(scores, DensityScores):
-        raise TypeError(f"density-ratio: expected (DensityProposal, DensityScores), got "
-                        f"({type(proposal).__name__}, {type(scores).__name__})")  # fmt: skip
+    _check_types("density-ratio", proposal, scores, DensityProposal, DensityScores)
     b, k, d = proposal.samples.shape
     pb, pk = scores.density.batch_shape
     if pb != b or pk not in (k, k + 1) or scores.density.dim != d:
@@ -370,9 +372,7 @@ def _check_density_pair(proposal: DensityProposal, scores: DensityScores):
 
 
 def _check_forecast_pair(proposal: ForecastProposal, scores: ForecastScores):
-    if not isinstance(proposal, ForecastProposal) or not isinstance(scores, ForecastScores):
-        raise TypeError(f"forecast-gating: expected (ForecastProposal, ForecastScores), got "
-                        f"({type(proposal).__name__}, {type(scores).__name__})")  # fmt: skip
+    _check_types("forecast-gating", proposal, scores, ForecastProposal, ForecastScores)
     if not isinstance(scores.check, torch.Tensor) or scores.check.shape != proposal.forecast.shape:
         got = list(scores.check.shape) if isinstance(scores.check, torch.Tensor) else type(scores.check).__name__
         raise ValueError(f"ForecastScores.check: expected the forecast's shape [B, L, *F] = "

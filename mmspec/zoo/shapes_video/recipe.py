@@ -31,17 +31,16 @@ so the target is trained first.
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...training import card_entry, count_parameters, fit
-from ..integrity import load_model, require_weights, write_card
+from ...training import card_entry
+from ..integrity import load_model, require_weights
 from ..registry import ZOO, ZooEntry, load_eagle
+from ..stages import example_batches, model_stage, open_card, run_stages, save_half, supervised
 from .data import (DRAFTER_SIZES, ENTRY, FRAME_SIZE, NUM_FRAMES, TARGET_SIZES, build_processor, caption_accuracy, collate,
                    example, text_config, video_config)
 
@@ -61,64 +60,37 @@ def train(out_dir: str | Path, *, target_steps: int = 2000, drafter_steps: int =
     processor = build_processor()
     tok = processor.tokenizer
     vocab_size = 8 * math.ceil(len(tok) / 8)
-    card = {"entry": ENTRY, "seed": seed, "batch_size": batch_size, "frames": NUM_FRAMES, "frame_size": FRAME_SIZE,
-            "models": {}}  # fmt: skip
-    if only and (out_dir / "card.json").exists():
-        card = json.loads((out_dir / "card.json").read_text())
+    bs = 4 if smoke else batch_size
+    n = (lambda steps: 2 if smoke else steps)  # fmt: skip
+
+    def stage(name: str, build, with_video: bool, steps: int, lr: float):
+        if name == "target":
+            batches = example_batches(example, collate, processor, bs)
+            train = supervised(batches, steps=n(steps), lr=lr, seed=seed, desc=f"train {name}")
+        else:  # drafters: labels + logit distillation from the trained target
+            train = lambda model: _distill_drafter(model, out_dir, processor, with_video=with_video, steps=n(steps),  # noqa: E731
+                                                   batch_size=bs, lr=lr, seed=seed, desc=f"distill {name}")  # fmt: skip
+        accuracy = (lambda model: caption_accuracy(model, processor, n=8 if smoke else 200)) if with_video else None
+        return model_stage(out_dir, name, build, train, steps=n(steps), lr=lr, seed=seed, processor=processor,
+                           evaluate=accuracy)  # fmt: skip
+
     # the target first: the drafters are distilled from it (logit distillation) and the EAGLE head reads its features
-    plan = [
-        ("target", lambda: Qwen2VLForConditionalGeneration(video_config(TARGET_SIZES, vocab_size, tok)), True,
-         target_steps, target_lr),
-        ("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, vocab_size, tok)), False, drafter_steps, 2e-3),
-        ("drafter-vlm", lambda: Qwen2VLForConditionalGeneration(video_config(DRAFTER_SIZES, vocab_size, tok)), True,
-         drafter_steps, 2e-3),
-        ("adaptor", None, True, drafter_steps // 2, 1e-3),
-        ("eagle", None, True, eagle_steps, 2e-3),
-    ]  # fmt: skip
-    names = [p[0] for p in plan]
-    if only and not set(only) <= set(names):
-        raise ValueError(f"only: expected names among {names}, got {list(only)}")
+    stages = {
+        "target": stage("target", lambda: Qwen2VLForConditionalGeneration(video_config(TARGET_SIZES, vocab_size, tok)),
+                              True, target_steps, target_lr),
+        "drafter-text": stage("drafter-text", lambda: LlamaForCausalLM(text_config(DRAFTER_SIZES, vocab_size, tok)),
+                                    False, drafter_steps, 2e-3),
+        "drafter-vlm": stage("drafter-vlm", lambda: Qwen2VLForConditionalGeneration(video_config(DRAFTER_SIZES, vocab_size, tok)),
+                                   True, drafter_steps, 2e-3),
+        "adaptor": lambda: _train_adaptor(out_dir, processor, steps=n(drafter_steps // 2), batch_size=bs, lr=1e-3, seed=seed,
+                                          queries=adaptor_queries),
+        "eagle": lambda: _train_eagle(out_dir, processor, steps=n(eagle_steps), batch_size=bs, lr=2e-3, seed=seed),
+    }  # fmt: skip
     if only and "drafter-vlm" in only:
         only = (*only, "adaptor")
-    bs = 4 if smoke else batch_size
-    for name, build, with_video, steps, lr in plan:
-        if only and name not in only:
-            continue
-        steps = 2 if smoke else steps
-        t0 = time.perf_counter()
-        if name == "eagle":
-            entry = _train_eagle(out_dir, processor, steps=steps, batch_size=bs, lr=lr, seed=seed)
-        elif name == "adaptor":
-            entry = _train_adaptor(out_dir, processor, steps=steps, batch_size=bs, lr=lr, seed=seed,
-                                   queries=adaptor_queries)  # fmt: skip
-        else:
-            torch.manual_seed(seed)
-            model = build()
-            if name == "target":
-
-                def loss_fn(rng, model=model):
-                    batch = [example(rng.randrange(10_000_000), "train", rng) for _ in range(bs)]
-                    return model(**collate(processor, batch, True)).loss
-
-                model.train()
-                losses = fit(loss_fn, model.parameters(), steps=steps, lr=lr, seed=seed, desc=f"train {name}")
-                model.eval()
-            else:  # drafters: labels + logit distillation from the trained target
-                losses = _distill_drafter(model, out_dir, processor, with_video=with_video, steps=steps, batch_size=bs,
-                                          lr=lr, seed=seed, desc=f"distill {name}")  # fmt: skip
-            entry = card_entry(model, losses, steps, lr)
-            if with_video:
-                entry["caption_accuracy_test"] = caption_accuracy(model, processor, n=8 if smoke else 200)
-            model.generation_config.pad_token_id = tok.pad_token_id
-            model.to(torch.float16).save_pretrained(out_dir / name)
-            (processor if name == "target" else tok).save_pretrained(out_dir / name)
-        entry["train_seconds"] = round(time.perf_counter() - t0, 1)
-        card["models"][name] = entry
-        print(name, json.dumps(entry), flush=True)
+    card = open_card(out_dir, only, entry=ENTRY, seed=seed, batch_size=batch_size, frames=NUM_FRAMES, frame_size=FRAME_SIZE)
     card["retrain"] = "mmspec zoo train shapes-video [--only target,drafter-text,drafter-vlm,adaptor,eagle]"
-    card["size_mb"] = round(sum(f.stat().st_size for f in out_dir.rglob("*.safetensors")) / 1e6, 2)
-    write_card(out_dir, card)  # with a sha256 per file, verified on load
-    return card
+    return run_stages(out_dir, card, stages, only)
 
 
 def _load_target(out_dir: Path):
@@ -173,20 +145,17 @@ def _train_adaptor(out_dir: Path, processor, *, steps: int, batch_size: int, lr:
                            input_size=target.config.text_config.hidden_size, source=ADAPTOR_SOURCE)  # fmt: skip
     video_id = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
 
-    def batches(rng):
-        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
-
+    batches = example_batches(example, collate, processor, batch_size)
     losses = distill_compressed_drafter(drafter, adaptor, target, batches, steps=steps, lr=lr, seed=seed,
                                         placeholder_ids=(video_id,), train_drafter=True, source=ADAPTOR_SOURCE,
                                         full_view_weight=1.0, desc="distill adaptor + drafter-vlm (both views)")  # fmt: skip
-    adaptor.half().save_pretrained(out_dir / "adaptor")  # float16 on disk, like the models
-    drafter.generation_config.pad_token_id = processor.tokenizer.pad_token_id
-    drafter.to(torch.float16).save_pretrained(out_dir / "drafter-vlm")  # one drafter serves both views
-    after = caption_accuracy(drafter.float(), processor, n=8 if batch_size < 8 else 200)
-    return {"parameters": count_parameters(adaptor), "queries": queries, "source": ADAPTOR_SOURCE,
+    save_half(adaptor, out_dir / "adaptor")
+    save_half(drafter, out_dir / "drafter-vlm", pad_token_id=processor.tokenizer.pad_token_id)  # one drafter, both views
+    after = caption_accuracy(drafter, processor, n=8 if batch_size < 8 else 200)
+    return {"queries": queries, "source": ADAPTOR_SOURCE,
             "drafter": "drafter-vlm, fine-tuned here on its full view and the adaptor's view together",
             "drafter_caption_accuracy_test": {"before": before, "after": after},
-            "steps": steps, "lr": lr, "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4)}  # fmt: skip
+            **card_entry(adaptor, losses, steps, lr)}  # fmt: skip
 
 
 EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of the target
@@ -195,9 +164,7 @@ EAGLE_INTERMEDIATE = 320  # half the target's MLP width: the head stays ~10% of 
 def _train_eagle(out_dir: Path, processor, *, steps: int, batch_size: int, lr: float, seed: int) -> dict:
     from ...training.distill import train_eagle_head
 
-    def batches(rng):
-        return collate(processor, [example(rng.randrange(10_000_000), "train", rng) for _ in range(batch_size)], True)
-
+    batches = example_batches(example, collate, processor, batch_size)
     return train_eagle_head(_load_target(out_dir), batches, out_dir / "eagle", intermediate_size=EAGLE_INTERMEDIATE,
                             steps=steps, lr=lr, seed=seed)  # fmt: skip
 
