@@ -3,12 +3,12 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv clean app browser
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev]'
+	$(VPY) -m pip install -q -e '.[dev,app]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -19,6 +19,14 @@ demo: $(STAMP)
 	$(VPY) demos/video_qa.py --out out/video_qa.png
 	$(VPY) demos/image_ar.py --out out/image_ar.png
 	$(VPY) demos/diffusion.py --out out/diffusion.png
+
+app: $(STAMP)
+	$(VPY) -m mmspec.cli app
+
+# the browser the app's tests drive (Debian package; Playwright is pointed at it, it never downloads one)
+browser:
+	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests

@@ -141,6 +141,19 @@ def bench_verifiers(args) -> None:
     print(markdown(rows, meta))
 
 
+def app(args) -> None:
+    from .app import launch
+
+    print(f"mmspec app on http://{args.host}:{args.port} (Ctrl+C stops it)")
+    launch(args.host, args.port, tabs=args.tabs.split(",") if args.tabs else None)
+
+
+def report(args) -> None:
+    from .app.report import write_report
+
+    print(f"benchmark report written to {write_report(args.folder, args.out)}")
+
+
 def verifiers(args) -> None:
     from .verifiers.base import verifier_table
 
@@ -249,6 +262,15 @@ def main(argv=None) -> None:
     w.add_argument("--vocab", type=int, default=16384, help="vocabulary size (state dimension for continuous rules)")
     _outputs(w, reps=5)
     w.set_defaults(func=bench_verifiers)
+    a = sub.add_parser("app", help="the Gradio app: every modality, plain vs speculative, in a browser")
+    a.add_argument("--host", default="127.0.0.1")
+    a.add_argument("--port", type=int, default=7860)
+    a.add_argument("--tabs", default=None, help="only these tabs, comma-separated (default: all)")
+    a.set_defaults(func=app)
+    r = sub.add_parser("report", help="the committed benchmark JSON files as one self-contained HTML page")
+    r.add_argument("--folder", default="benchmarks", help="where the bench-*.json files are")
+    r.add_argument("--out", default="report.html")
+    r.set_defaults(func=report)
     sub.add_parser("verifiers", help="table of every registered verifier (markdown)").set_defaults(func=verifiers)
     z = sub.add_parser("zoo", help="zoo entries").add_subparsers(dest="zoo_command", required=True)
     t = z.add_parser("train", help="retrain a zoo entry from scratch")

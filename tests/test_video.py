@@ -46,22 +46,23 @@ def test_load_frames_errors_name_the_argument(bad, kind, match):
         load_frames(bad)
 
 
-def test_video_file_roundtrip_and_sampling(tmp_path):
+@pytest.mark.parametrize("suffix", [".avi", ".webm"])
+def test_video_file_roundtrip_and_sampling(tmp_path, suffix):
     clip = np.zeros((10, 32, 32, 3), dtype=np.uint8)
     for i in range(10):  # a bright bar moving right: frames are distinguishable after compression
         clip[i, 8:24, 3 * i : 3 * i + 6] = (250, 40, 40)
-    path = write_video(clip, tmp_path / "bar.avi", fps=5)
+    path = write_video(clip, tmp_path / f"bar{suffix}", fps=5)
     assert path.exists() and not list(tmp_path.glob(".*partial*"))
     back = read_video(path)
     assert back.shape == clip.shape
-    assert np.abs(back.astype(int) - clip.astype(int)).mean() < 8  # MJPG is lossy
+    assert np.abs(back.astype(int) - clip.astype(int)).mean() < 8  # MJPG and VP8 are lossy
     sampled = load_frames(str(path), num_frames=4)
     assert sampled.shape[0] == 4
     assert np.abs(sampled.astype(int) - clip[[0, 3, 6, 9]].astype(int)).mean() < 8
 
 
 def test_write_video_rejects_bad_suffix_and_leaves_nothing(tmp_path):
-    with pytest.raises(ValueError, match="path: expected a .avi or .mp4"):
+    with pytest.raises(ValueError, match="path: expected a .avi, .mp4 or .webm"):
         write_video(random_clip(frames=2, size=16), tmp_path / "clip.gif")
     assert not list(tmp_path.iterdir())
 

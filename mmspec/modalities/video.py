@@ -58,7 +58,8 @@ def read_video(path: str | Path, num_frames: int | None = None) -> np.ndarray:
 
 
 def write_video(frames, path: str | Path, fps: float = 4.0) -> Path:
-    """Write RGB frames to a video file with OpenCV (``.avi``: MJPG, ``.mp4``: mp4v). Returns the path.
+    """Write RGB frames to a video file with OpenCV (``.avi``: MJPG, ``.mp4``: mp4v, ``.webm``: VP8 — the one browsers
+    play). Returns the path.
 
     Written to a temporary name first and renamed at the end, so a failure leaves no half-written file.
     """
@@ -66,9 +67,9 @@ def write_video(frames, path: str | Path, fps: float = 4.0) -> Path:
 
     array = load_frames(frames)
     path = Path(path)
-    codecs = {".avi": "MJPG", ".mp4": "mp4v"}
+    codecs = {".avi": "MJPG", ".mp4": "mp4v", ".webm": "VP80"}
     if path.suffix.lower() not in codecs:
-        raise ValueError(f"path: expected a .avi or .mp4 file name, got {str(path)!r}")
+        raise ValueError(f"path: expected a .avi, .mp4 or .webm file name, got {str(path)!r}")
     tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
     h, w = array.shape[1:3]
     writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*codecs[path.suffix.lower()]), fps, (w, h))

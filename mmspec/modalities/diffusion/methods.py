@@ -34,6 +34,8 @@ class DiffusionStats(Stats):
     drafted: int = 0  # drafted stochastic steps (speculative) or forecast checks (gating), summed over rows
     accepted: int = 0  # of those, accepted by the verifier
     row_rounds: list[int] = field(default_factory=list)  # per sample: rounds in which it was evaluated
+    timeline: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row, first step, drafted, accepted) per
+    # speculative round of each row that drafted
     total_seconds: float = 0.0
 
     num_rounds = target_forwards = property(lambda self: self.rounds)  # diffusion's rounds are its target calls
@@ -288,6 +290,7 @@ class SpeculativeSampling(DiffusionMethod):
                 chain = l > 0
                 stats.drafted += int(l.sum())
                 stats.accepted += int(acc.sum())
+                stats.timeline += [t for t in zip(rows.tolist(), n_r.tolist(), l.tolist(), acc.tolist()) if t[2] > 0]
                 # 4. commit
                 kept = torch.where(rejected.view(r, *[1] * len(shape)), verdict.next_states.view(r, *shape), y[ar, acc])
                 new = torch.where(chain.view(r, *[1] * len(shape)), kept, new)
