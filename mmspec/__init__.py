@@ -11,6 +11,7 @@ from .drafters import (DRAFTERS, CompressedVLMDrafter, Drafter, EagleDrafter, Ea
 from .drafting import EagleHead, QueryAdaptor
 from .engine import SpeculativeEngine
 from .layout import UnsupportedModelError
+from .modalities.asr import ASRSpeculator
 from .modalities.diffusion import DIFFUSION_METHODS, DiffusionSpeculator
 from .modalities.image_ar import IMAGE_AR_METHODS, ImageARSpeculator
 from .modalities.video import VideoSpeculator
@@ -21,7 +22,7 @@ from .verifiers import VERIFIERS, Verifier, make_verifier
 
 __version__ = "0.1.0"
 __all__ = [
-    "DIFFUSION_METHODS", "DRAFTERS", "IMAGE_AR_METHODS", "VERIFIERS", "Commit", "CompressedVLMDrafter",
+    "ASRSpeculator", "DIFFUSION_METHODS", "DRAFTERS", "IMAGE_AR_METHODS", "VERIFIERS", "Commit", "CompressedVLMDrafter",
     "DiffusionSpeculator", "Drafter", "EagleDrafter", "EagleHead", "EarlyExitDrafter", "GenerationOutput",
     "ImageARSpeculator", "JacobiDrafter", "ModelDrafter", "NgramDrafter", "Proposal", "QueryAdaptor", "STDDrafter",
     "SamplingParams", "SpecConfig", "SpecStats", "SpeculativeEngine", "TargetScores", "UnsupportedModelError",
