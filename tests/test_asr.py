@@ -111,9 +111,12 @@ def test_wav_round_trip_resampling_and_batches(tmp_path):
     back, rate = read_wav(path)
     assert rate == 22050 and back.shape == x.shape and np.abs(back - x).max() < 1e-3
     assert not list(tmp_path.glob(".*partial*"))
-    waves = load_audio([str(path), x, torch.from_numpy(np.stack([x, x], 1))], sampling_rate=22050)
-    assert [w.shape[0] for w in waves] == [8000, 8000, 8000]  # 0.5 s at 16 kHz
-    assert np.abs(waves[0] - waves[1]).max() < 1e-3
+    import soundfile
+
+    soundfile.write(str(tmp_path / "a.flac"), np.stack([x, x], 1), 22050)  # stereo FLAC
+    waves = load_audio([str(path), x, torch.from_numpy(np.stack([x, x], 1)), str(tmp_path / "a.flac")], sampling_rate=22050)
+    assert [w.shape[0] for w in waves] == [8000] * 4  # 0.5 s at 16 kHz
+    assert all(np.abs(waves[0] - w).max() < 1e-3 for w in waves[1:])
 
 
 @pytest.mark.parametrize("bad, kind, match", [
@@ -122,7 +125,7 @@ def test_wav_round_trip_resampling_and_batches(tmp_path):
     (np.zeros(0, np.float32), ValueError, "the waveform is empty"),
     (np.ones((3, 4, 5), np.float32), ValueError, r"expected a waveform \[T\]"),
     (np.full(100, np.nan, np.float32), ValueError, "NaN or infinite"),
-    (12, TypeError, "audio: expected a WAV path"),
+    (12, TypeError, "audio: expected an audio file path"),
     ([], ValueError, "at least one utterance"),
 ])  # fmt: skip
 def test_audio_errors_name_the_argument(bad, kind, match):
@@ -138,6 +141,9 @@ def test_more_audio_errors(tmp_path, whisper):
     (tmp_path / "bad.wav").write_bytes(b"RIFF....not a wav")
     with pytest.raises(ValueError, match="not a readable PCM WAV file"):
         load_audio(str(tmp_path / "bad.wav"))
+    (tmp_path / "bad.flac").write_bytes(b"fLaC but not really")
+    with pytest.raises(ValueError, match="not a readable audio file"):
+        load_audio(str(tmp_path / "bad.flac"))
     target, draft, processor = whisper
     with pytest.raises(TypeError, match="target: expected an encoder-decoder"):
         ASRSpeculator(torch.nn.Linear(2, 2), processor, drafter=draft)

@@ -1,6 +1,6 @@
 """Speech recognition: audio in, text out — a token modality that runs in the one engine loop.
 
-- :func:`load_audio`: WAV files (any sample rate, mono or multi-channel, 8/16/24/32-bit PCM or float), numpy / torch
+- :func:`load_audio`: WAV files (any sample rate, mono or multi-channel, 8/16/24/32-bit PCM), FLAC / OGG (soundfile), numpy / torch
   waveforms, or a list of them (different lengths), resampled with torchaudio to the feature extractor's rate, with
   clear errors for unreadable files, empty or silent audio, wrong shapes and audio longer than the model accepts.
 - :class:`DecoderView`: an encoder-decoder model's decoder as the causal LM the engine drives, over encoder states
@@ -26,6 +26,23 @@ from ..checks import check_int
 from ..models import with_cache
 
 SILENCE = 1e-4  # peak amplitude below which a waveform counts as silent
+
+
+def read_audio_file(path: str | Path) -> tuple[np.ndarray, int]:
+    """An audio file as float32 [T] mono in [-1, 1] (channels averaged) and its sample rate: WAV through the standard
+    library, FLAC / OGG / other libsndfile formats through ``soundfile``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"audio: no such file {str(path)!r}")
+    if path.suffix.lower() == ".wav":
+        return read_wav(path)
+    import soundfile
+
+    try:
+        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
+        raise ValueError(f"audio: {str(path)!r} is not a readable audio file ({e})") from None
+    return data.mean(1), rate
 
 
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
@@ -74,7 +91,7 @@ def _one(audio, sampling_rate: int | None, target_rate: int, index: int) -> np.n
 
     where = "audio" if index < 0 else f"audio[{index}]"
     if isinstance(audio, (str, Path)):
-        audio, sampling_rate = read_wav(audio)
+        audio, sampling_rate = read_audio_file(audio)
     elif isinstance(audio, (np.ndarray, torch.Tensor)):
         if sampling_rate is None:
             raise ValueError("sampling_rate: a waveform needs its sample rate (e.g. sampling_rate=16000), got None")
@@ -84,7 +101,8 @@ def _one(audio, sampling_rate: int | None, target_rate: int, index: int) -> np.n
         if audio.ndim != 1:
             raise ValueError(f"{where}: expected a waveform [T] (or [T, C] / [C, T] channels), got shape {audio.shape}")
     else:
-        raise TypeError(f"{where}: expected a WAV path, a numpy / torch waveform or a list of them, got {type(audio).__name__}")
+        raise TypeError(f"{where}: expected an audio file path, a numpy / torch waveform or a list of them, got "
+                        f"{type(audio).__name__}")  # fmt: skip
     check_int("sampling_rate", sampling_rate, 1)
     if audio.size == 0:
         raise ValueError(f"{where}: the waveform is empty")
@@ -101,7 +119,7 @@ def load_audio(audio, sampling_rate: int | None = None, target_rate: int = 16000
                max_seconds: float | None = None) -> list[np.ndarray]:  # fmt: skip
     """One or a batch of utterances as float32 mono waveforms at ``target_rate``: -> list of [T_i] arrays.
 
-    ``audio``: a WAV path, a waveform ([T], or with channels) with ``sampling_rate``, or a list of these (lengths may
+    ``audio``: an audio file path (WAV, FLAC, ...), a waveform ([T], or with channels) with ``sampling_rate``, or a list of these (lengths may
     differ). ``max_seconds``: the model's limit (Whisper: 30 s), checked after resampling."""
     batch = audio if isinstance(audio, (list, tuple)) else [audio]
     if not batch:
