@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from mmspec import zoo  # noqa: E402
-from mmspec.bench.harness import interleaved_seconds  # noqa: E402
+from mmspec.timing import interleaved_seconds  # noqa: E402
 from mmspec.zoo.shapes_t2i import DEMO_CONDITIONS  # noqa: E402
 
 METHODS = (

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from mmspec import ModelDrafter, STDDrafter, VideoSpeculator, zoo  # noqa: E402
-from mmspec.bench.harness import interleaved_seconds  # noqa: E402
+from mmspec.timing import interleaved_seconds  # noqa: E402
 from mmspec.drafters.eagle import EagleDrafter  # noqa: E402
 from mmspec.modalities.video import load_frames, write_video  # noqa: E402
 from mmspec.zoo.shapes_video import make_clip  # noqa: E402

@@ -12,7 +12,7 @@ def demo(args) -> None:
     from .zoo.shapes import make_scene
     from .zoo.shapes_vlm import IMAGE_SIZE
 
-    from .bench.harness import interleaved_seconds
+    from .timing import interleaved_seconds
 
     m = zoo.load("shapes-vlm")
     spec = VLMSpeculator(m.target, m.processor, drafter=m.drafter_vlm, num_draft_tokens=args.k)

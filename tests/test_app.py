@@ -24,6 +24,21 @@ def test_round_segments_colour_each_round_drafts_then_the_target_token():
     assert round_segments([5, 2], [0], lambda ids: "" if ids == [2] else "five") == [("five", "target")]  # EOS: nothing
 
 
+def test_the_app_times_a_warm_up_then_interleaved_repetitions_and_shows_the_warm_up_output():
+    from mmspec.app.base import timed_pair
+
+    calls = []
+
+    def side(name):
+        return lambda: calls.append(name) or len(calls)
+
+    plain, spec = timed_pair(side("plain"), side("spec"), 3)
+    assert calls == ["plain", "spec", "plain", "spec", "spec", "plain", "plain", "spec"]  # warm-ups, then rotated
+    assert (plain.value, spec.value, plain.reps) == (1, 2, 3) and plain.seconds >= 0 and spec.seconds >= 0
+    with pytest.raises(ValueError, match="reps: expected an int >= 1"):
+        timed_pair(side("plain"), side("spec"), 0)
+
+
 def test_parameter_boxes_show_each_verifiers_defaults_and_reject_bad_json():
     assert "greedy" in verifier_choices() and "reflection-coupling" not in verifier_choices()
     assert verifier_defaults("greedy") == {} and verifier_defaults("ssd") == {"beta": 0.1}
@@ -42,11 +57,12 @@ def test_vlm_handler_runs_plain_and_speculative_side_by_side_and_refuses_bad_inp
 
     image, caption = example_scene(0)
     assert caption.startswith(("1 shape", "2 shapes", "3 shapes", "4 shapes"))
-    plain, segments, summary, figure = run(image, "caption :", "small VLM", "greedy", "", 5, 0.0, 0, 48)
+    plain, segments, summary, figure = run(image, "caption :", "small VLM", "greedy", "", 5, 0.0, 0, 48, reps=2)
     spoken = " ".join(text for text, _ in segments)
     assert plain == spoken and plain  # greedy speculative decoding is token-identical to plain decoding
     assert {who for _, who in segments} == {"draft", "target"} and "lossless" in summary and figure is not None
-    _, _, lossy, _ = run(image, "caption :", "text-only LM", "ssd", '{"beta": 0.3}', 4, 0.8, 3, 16)
+    assert "medians of 2 interleaved runs after a warm-up" in summary
+    _, _, lossy, _ = run(image, "caption :", "text-only LM", "ssd", '{"beta": 0.3}', 4, 0.8, 3, 16, reps=1)
     assert "**lossy**" in lossy
     for args, message in [((None, "caption :"), "image: expected an image"), ((image, "  "), "prompt: expected"),
                           ((image, "caption :", "small VLM", "greedy", "{bad"), "verifier parameters")]:  # fmt: skip
@@ -64,7 +80,7 @@ def test_image_ar_handler_shows_both_images_and_when_each_code_was_committed():
 
     assert commit_rounds(8, [2, 0, 3]) == [0, 1, 1, 1, 2, 3, 3, 3]
     assert method_defaults("gsd") == {"ranks": 7, "prob_tol": 0.15} and "neighbours_k" in method_defaults("lantern")
-    plain, spec, summary, heat = run("red circle at top left", "mc-sjd", "", 16, 2.0, 1.0, 0)
+    plain, spec, summary, heat = run("red circle at top left", "mc-sjd", "", 16, 2.0, 1.0, 0, reps=1)
     assert plain.size == spec.size == (128, 128) and "lossless" in summary and heat is not None
     _, _, lossy, _ = run("blue square at center", "lantern-jacobi", '{"delta": 0.2, "lam": null, "neighbours_k": 8}', 16,
                          2.0, 1.0, 1)  # fmt: skip
@@ -80,15 +96,15 @@ def test_diffusion_handler_shows_the_accept_reject_timeline():
 
     assert method_defaults("asd") == {"draft": None, "verifier": "reflection-coupling", "verifier_params": None}
     assert method_defaults("paradigms") == {"tolerance": 0.1} and "tau0" in method_defaults("speca")
-    plain, spec, summary, timeline = run("red circle at top left", "asd", "", "ddpm", 20, 4, 1.0, 1.0, 0)
+    plain, spec, summary, timeline = run("red circle at top left", "asd", "", "ddpm", 20, 4, 1.0, 1.0, 0, reps=1)
     assert plain.size == spec.size == (128, 128) and "lossless" in summary and timeline is not None
     with pytest.raises(gradio.Error, match="deterministic"):
         run("red circle at top left", "asd", "", "ddim", 20, 4, 0.0, 1.0, 0)
     with pytest.raises(gradio.Error, match="lookahead: not a parameter|tau0"):
         run("red circle at top left", "paradigms", '{"tau0": 1}', "ddpm", 20, 4, 1.0, 1.0, 0)
-    _, _, lossy, none = run("red circle at top left", "paradigms", '{"tolerance": 0.2}', "ddpm", 20, 4, 1.0, 1.0, 0)
+    _, _, lossy, none = run("red circle at top left", "paradigms", '{"tolerance": 0.2}', "ddpm", 20, 4, 1.0, 1.0, 0, reps=1)
     assert "**lossy**" in lossy and none is None  # Picard drafts no chain to time-line
-    _, _, gated, _ = run("red circle at top left", "speca", '{"tau0": 0.05}', "ddim", 20, 4, 0.0, 1.0, 0)
+    _, _, gated, _ = run("red circle at top left", "speca", '{"tau0": 0.05}', "ddim", 20, 4, 0.0, 1.0, 0, reps=1)
     assert "**lossy**" in gated  # forecast gating works with a deterministic sampler
 
 
@@ -96,7 +112,7 @@ def test_video_handler_on_an_example_clip():
     from mmspec.app.video import example_clip, run
 
     path, caption = example_clip(1)
-    plain, segments, summary, _ = run(path, "caption :", "small video LM", "greedy", "", 5, 0.0, 0, 64)
+    plain, segments, summary, _ = run(path, "caption :", "small video LM", "greedy", "", 5, 0.0, 0, 64, reps=1)
     assert plain == " ".join(t for t, _ in segments) and caption.endswith(" .") and "lossless" in summary
     with pytest.raises(gradio.Error, match="video: expected a video file"):
         run(None, "caption :", "small video LM", "greedy", "", 5, 0.0, 0, 64)
@@ -187,7 +203,7 @@ def test_api_vlm_and_video_agree_with_the_library_call(client, tmp_path):
     image, _ = example_scene(3)
     image.save(tmp_path / "scene.png")
     plain, segments, summary, plot = client.predict(handle_file(str(tmp_path / "scene.png")), "caption :", "small VLM",
-                                                    "greedy", "", 5, 0.0, 0, 48, "", api_name="/vlm")  # fmt: skip
+                                                    "greedy", "", 5, 0.0, 0, 48, "", 1, api_name="/vlm")  # fmt: skip
     lib = VLMSpeculator(m.target, m.processor, drafter=m.drafter_vlm).generate(image, "caption :", max_new_tokens=48,
                                                                                num_draft_tokens=5)  # fmt: skip
     assert " ".join(seg["token"] for seg in segments) == lib.texts[0] == plain
@@ -195,7 +211,7 @@ def test_api_vlm_and_video_agree_with_the_library_call(client, tmp_path):
     v = zoo.load("shapes-video")
     path, truth = client.predict(2, api_name="/video_example")
     plain, segments, summary, _ = client.predict(handle_file(path), "caption :", "EAGLE head", "greedy", "", 5, 0.0, 0, 64,
-                                                 8, "", api_name="/video")  # fmt: skip
+                                                 8, "", 1, api_name="/video")  # fmt: skip
     lib = VideoSpeculator(v.target, v.processor, drafter=mmspec_eagle(v)).generate(path, "caption :", max_new_tokens=64,
                                                                                    num_draft_tokens=5)  # fmt: skip
     assert " ".join(seg["token"] for seg in segments) == lib.texts[0] == plain and truth.endswith(" .")
@@ -211,12 +227,12 @@ def mmspec_eagle(models):
 def test_api_image_ar_and_diffusion_agree_with_the_library_call(client):
     from mmspec import zoo
 
-    plain, spec, summary, _ = client.predict("green square at center", "mc-sjd", "", 16, 2.0, 1.0, 5, "random", "",
+    plain, spec, summary, _ = client.predict("green square at center", "mc-sjd", "", 16, 2.0, 1.0, 5, "random", "", 1,
                                              api_name="/image_ar")  # fmt: skip
     lib = zoo.load("shapes-t2i").speculator(cfg_scale=2.0).generate(["green square at center"], "mc-sjd",
                                                                      num_draft_tokens=16, temperature=1.0, seed=5)  # fmt: skip
     assert Path(plain).exists() and Path(spec).exists() and _mean_accepted(summary) == round(lib.stats.mean_accepted_tokens, 2)
-    plain, spec, summary, timeline = client.predict("red circle at top left", "asd", "", "ddpm", 30, 4, 1.0, 1.0, 2, "",
+    plain, spec, summary, timeline = client.predict("red circle at top left", "asd", "", "ddpm", 30, 4, 1.0, 1.0, 2, "", 1,
                                                     api_name="/diffusion")  # fmt: skip
     lib = zoo.load("shapes-ddpm").speculator().generate(["red circle at top left"], method="asd", num_inference_steps=30,
                                                         num_draft_tokens=4, seed=2)  # fmt: skip
@@ -249,7 +265,7 @@ def test_concurrent_requests_all_complete_and_memory_stays_flat(client, tmp_path
         image.save(tmp_path / f"s{i}.png")
         files.append(handle_file(str(tmp_path / f"s{i}.png")))
         expected.append(lib.generate(image, "caption :", max_new_tokens=12, num_draft_tokens=4).texts[0])
-    args = ("caption :", "small VLM", "greedy", "", 4, 0.0, 0, 12, "")
+    args = ("caption :", "small VLM", "greedy", "", 4, 0.0, 0, 12, "", 1)
     jobs = [client.submit(f, *args, api_name="/vlm") for f in files]
     answers = [" ".join(seg["token"] for seg in job.result(timeout=300)[1]) for job in jobs]
     assert answers == expected

@@ -144,7 +144,7 @@ def test_ratios_are_per_repetition_and_a_drifting_baseline_is_flagged(capsys):
 
 
 def test_interleaved_seconds_warms_up_then_times_each_callable_per_repetition():
-    from mmspec.bench.harness import interleaved_seconds
+    from mmspec.timing import interleaved_seconds
 
     calls = {"a": 0, "b": 0}
 

@@ -9,7 +9,6 @@ only :meth:`AppTab.build` touches Gradio components.
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,12 +51,15 @@ def image_outputs(prefix: str, plain_label: str, plot_label: str) -> list:
 
 
 def run_controls(prefix: str, entry: str, action: str) -> tuple:
-    """The end of every tab's input column: the seed, the model directory field and the run button."""
+    """The end of every tab's input column: the seed, the timed repetitions, the model directory field and the run
+    button."""
     import gradio as gr
 
-    seed = gr.Number(value=0, precision=0, label="seed", elem_id=f"{prefix}-seed")
+    with gr.Row():
+        seed = gr.Number(value=0, precision=0, label="seed", elem_id=f"{prefix}-seed")
+        reps = gr.Slider(1, 10, value=3, step=1, label="timed repetitions (medians)", elem_id=f"{prefix}-reps")
     model_dir = gr.Textbox(value="", label=f"model directory (a {entry} folder; empty: the bundled one)")
-    return seed, model_dir, gr.Button(f"{action} plain and speculative", variant="primary", elem_id=f"{prefix}-run")
+    return seed, reps, model_dir, gr.Button(f"{action} plain and speculative", variant="primary", elem_id=f"{prefix}-run")
 
 
 def condition_picker(prefix: str):
@@ -103,14 +105,22 @@ def zoo_models(entry: str, path: str | None = None):
 
 @dataclass
 class Timed:
-    value: object
-    seconds: float
+    value: object  # the warm-up call's output (every call returns the same: same input and seed)
+    seconds: float  # median over the timed repetitions
+    reps: int
 
 
-def timed(fn: Callable, *args, **kwargs) -> Timed:
-    t0 = time.perf_counter()
-    value = fn(*args, **kwargs)
-    return Timed(value, time.perf_counter() - t0)
+def timed_pair(plain: Callable[[], object], spec: Callable[[], object], reps: int, step=None) -> tuple[Timed, Timed]:
+    """Plain and speculative, each warmed up once, then timed over ``reps`` interleaved repetitions: medians (no
+    speed the app prints comes from a single run)."""
+    import statistics
+
+    from ..timing import interleave
+
+    if step is not None:
+        step(0.2, desc=f"plain and speculative: a warm-up, then {int(reps)} interleaved timed repetitions")
+    seconds, outputs = interleave({"plain": plain, "spec": spec}, int(reps))
+    return tuple(Timed(outputs[n][0], statistics.median(seconds[n]), int(reps)) for n in ("plain", "spec"))
 
 
 def round_segments(tokens: list[int], accepted: list[int], decode: Callable[[list[int]], str]) -> list[tuple[str, str]]:
@@ -150,7 +160,7 @@ def speed_summary(plain: Timed, spec: Timed, lossless: bool, bounds: str, units:
     """The Markdown verdict next to the two outputs: times, speedup, mean accepted units, lossless flag."""
     flag = "lossless (the output law is the target's)" if lossless else f"**lossy** — bounds: {bounds}"
     return (f"plain **{plain.seconds:.2f} s**, speculative **{spec.seconds:.2f} s**: **{plain.seconds / spec.seconds:.2f}x** "
-            f"(one run each on this machine; `mmspec bench` reports medians of interleaved repetitions)  \n"
+            f"(medians of {spec.reps} interleaved runs after a warm-up, this machine)  \n"
             f"mean accepted {units} per target call: **{stats.mean_accepted_tokens:.2f}**, target calls "
             f"{stats.target_forwards}, rounds {stats.num_rounds}  \n{flag}")  # fmt: skip
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .base import APP_TABS, parse_params, condition_picker, image_outputs, run_controls, wire, AppTab, speed_summary, timed, user_errors, zoo_models
+from .base import APP_TABS, parse_params, condition_picker, image_outputs, run_controls, wire, AppTab, speed_summary, timed_pair, user_errors, zoo_models
 
 ENTRY = "shapes-ddpm"
 SAMPLERS = ("ddpm", "ddim", "euler-ancestral")
@@ -44,20 +44,19 @@ def timeline_figure(timeline: list[tuple[int, int, int, int]], steps: int, title
 
 @user_errors
 def run(condition: str, method: str, params: str, sampler: str, steps: int, k: int, eta: float, cfg_scale: float,
-        seed: int, model_dir: str = "", progress=None):  # fmt: skip
+        seed: int, model_dir: str = "", reps: int = 3, progress=None):  # fmt: skip
     """-> (plain image, speculative image, summary markdown, accept/reject timeline)."""
     step = progress or (lambda *a, **kw: None)
     step(0.05, desc="loading models")
     spec = zoo_models(ENTRY, model_dir or None).speculator(cfg_scale=float(cfg_scale))
     common = dict(num_inference_steps=int(steps), sampler=sampler, seed=int(seed),
                   eta=float(eta) if sampler == "ddim" else None)  # fmt: skip
-    step(0.2, desc="plain sampler")
-    plain = timed(spec.generate, [condition], method="plain", **common)
-    step(0.6, desc=method)
     from ..modalities.diffusion import DIFFUSION_METHODS
 
     drafts = {"num_draft_tokens": int(k)} if DIFFUSION_METHODS.get(method).draft_length else {}  # speca drafts none
-    out = timed(spec.generate, [condition], method=method, **drafts, **common, **parse_params(params, "method parameters"))
+    params = parse_params(params, "method parameters")
+    plain, out = timed_pair(lambda: spec.generate([condition], method="plain", **common),
+                            lambda: spec.generate([condition], method=method, **drafts, **common, **params), reps, step)
     res = out.value
     from ..verifiers import VERIFIERS
 
@@ -93,9 +92,9 @@ class DiffusionTab(AppTab):
                     steps = gr.Slider(2, 200, value=50, step=1, label="sampler steps")
                     k = gr.Slider(1, 16, value=4, step=1, label="drafted steps per round (lookahead / window)")
                 cfg = gr.Slider(1.0, 4.0, value=1.0, step=0.25, label="CFG scale")
-                seed, model_dir, go = run_controls("dif", ENTRY, "sample")
+                seed, reps, model_dir, go = run_controls("dif", ENTRY, "sample")
             with gr.Column():
                 outputs = image_outputs("dif", "plain sampler", "accept / reject per round")
         sampler.change(lambda s: gr.update(visible=s == "ddim"), sampler, eta)
         method.change(lambda m: json.dumps(method_defaults(m)), method, params)
-        wire(go, run, [condition, method, params, sampler, steps, k, eta, cfg, seed, model_dir], outputs, "diffusion")
+        wire(go, run, [condition, method, params, sampler, steps, k, eta, cfg, seed, model_dir, reps], outputs, "diffusion")

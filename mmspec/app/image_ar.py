@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .base import APP_TABS, condition_picker, image_outputs, run_controls, wire, AppTab, parse_params, speed_summary, timed, user_errors, verifier_defaults, zoo_models
+from .base import APP_TABS, condition_picker, image_outputs, run_controls, wire, AppTab, parse_params, speed_summary, timed_pair, user_errors, verifier_defaults, zoo_models
 
 ENTRY = "shapes-t2i"
 # verifier arguments the speculator builds from its own VQ codebook (and the tab's init picker): not user parameters
@@ -51,7 +51,7 @@ def commit_heatmap(rounds: list[int], grid: tuple[int, int], title: str):
 
 @user_errors
 def run(condition: str, method: str, params: str, k: int, cfg_scale: float, temperature: float, seed: int,
-        init: str = "random", model_dir: str = "", progress=None):  # fmt: skip
+        init: str = "random", model_dir: str = "", reps: int = 3, progress=None):  # fmt: skip
     """-> (plain image, speculative image, summary markdown, commit-round heat map)."""
     from ..modalities.image_ar import IMAGE_AR_METHODS
 
@@ -62,12 +62,11 @@ def run(condition: str, method: str, params: str, k: int, cfg_scale: float, temp
     step(0.05, desc="loading models")
     spec = zoo_models(ENTRY, model_dir or None).speculator(cfg_scale=float(cfg_scale))
     common = dict(temperature=float(temperature), seed=int(seed))
-    step(0.2, desc="plain AR sampling")
-    plain = timed(spec.generate, [condition], "plain", **common)
-    step(0.6, desc=f"{method}")
     extra = {"init": init} if entry.drafter == "jacobi" else {}
-    out = timed(spec.generate, [condition], method, num_draft_tokens=int(k), **common, **extra,
-                **parse_params(params, "method parameters"))  # fmt: skip
+    params = parse_params(params, "method parameters")
+    plain, out = timed_pair(lambda: spec.generate([condition], "plain", **common),
+                            lambda: spec.generate([condition], method, num_draft_tokens=int(k), **common, **extra, **params),
+                            reps, step)  # fmt: skip
     res = out.value
     accepted = [r.accepted[0] for r in res.stats.rounds]
     rounds = commit_rounds(res.codes.shape[1], accepted)
@@ -100,7 +99,7 @@ class ImageARTab(AppTab):
                     k = gr.Slider(1, 63, value=16, step=1, label="draft length K (Jacobi window / drafts per round)")
                     cfg = gr.Slider(1.0, 4.0, value=2.0, step=0.25, label="CFG scale")
                 temperature = gr.Slider(0.1, 1.5, value=1.0, step=0.05, label="temperature")
-                seed, model_dir, go = run_controls("iar", ENTRY, "generate")
+                seed, reps, model_dir, go = run_controls("iar", ENTRY, "generate")
             with gr.Column():
                 outputs = image_outputs("iar", "plain AR", "when each code was committed")
 
@@ -109,4 +108,4 @@ class ImageARTab(AppTab):
             return gr.update(visible=bool(d), value=json.dumps(d) if d else "")
 
         method.change(show, method, params)
-        wire(go, run, [condition, method, params, k, cfg, temperature, seed, init, model_dir], outputs, "image_ar")
+        wire(go, run, [condition, method, params, k, cfg, temperature, seed, init, model_dir, reps], outputs, "image_ar")

@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 
 from ..drafters import CompressedVLMDrafter, EagleDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
-from .base import APP_TABS, run_controls, wire, AppTab, user_errors, verifier_choices, zoo_models
-from .vlm import _eagle, build_drafter, compare, show_verifier_params, token_tab_outputs
+from .base import APP_TABS, run_controls, wire, AppTab, user_errors, zoo_models
+from .vlm import _eagle, build_drafter, compare, example_controls, token_controls, token_tab_outputs
 
 ENTRY = "shapes-video"
 
@@ -43,7 +43,7 @@ def example_clip(index: int) -> tuple[str, str]:
 
 @user_errors
 def run(video, prompt: str, drafter: str, verifier: str, verifier_params: str, k: int, temperature: float, seed: int,
-        max_new_tokens: int, num_frames: int = 8, model_dir: str = "", progress=None):  # fmt: skip
+        max_new_tokens: int, num_frames: int = 8, model_dir: str = "", reps: int = 3, progress=None):  # fmt: skip
     """The video tab's button: see :func:`mmspec.app.vlm.compare` (``video``: a file path)."""
     from ..modalities.video import VideoSpeculator
 
@@ -53,8 +53,8 @@ def run(video, prompt: str, drafter: str, verifier: str, verifier_params: str, k
     step(0.05, desc="loading models")
     m = zoo_models(ENTRY, model_dir or None)
     spec = VideoSpeculator(m.target, m.processor, drafter=build_drafter(DRAFTER_CHOICES, drafter, m))
-    return compare(spec, video, prompt, drafter, verifier, verifier_params, k, temperature, seed, max_new_tokens, step,
-                   num_frames=int(num_frames))  # fmt: skip
+    return compare(spec, video, prompt, drafter, verifier, verifier_params, k, temperature, seed, max_new_tokens, reps,
+                   step, num_frames=int(num_frames))  # fmt: skip
 
 
 @APP_TABS.register("video")
@@ -68,25 +68,13 @@ class VideoTab(AppTab):
         with gr.Row():
             with gr.Column():
                 video = gr.Video(label="video", elem_id="vid-video", height=192)
-                with gr.Row():
-                    index = gr.Number(value=0, precision=0, label="example clip (held-out index)")
-                    load = gr.Button("load example clip", elem_id="vid-load")
-                truth = gr.Textbox(label="true caption of the example", interactive=False, elem_id="vid-truth")
-                prompt = gr.Textbox(value="caption :", label="prompt", elem_id="vid-prompt")
-                drafter = gr.Dropdown(list(DRAFTER_CHOICES), value="small video LM", label="drafter")
-                verifier = gr.Dropdown(verifier_choices(), value="greedy", label="verifier")
-                params = gr.Textbox(value="", label="verifier parameters (JSON)", visible=False)
-                with gr.Row():
-                    k = gr.Slider(1, 8, value=5, step=1, label="draft length K")
-                    temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="temperature (0 = greedy)")
+                index, load, truth = example_controls("vid", "clip")
+                controls = token_controls("vid", DRAFTER_CHOICES, "small video LM")
                 with gr.Row():
                     max_new = gr.Slider(4, 96, value=64, step=1, label="max new tokens")
                     frames = gr.Slider(2, 32, value=8, step=2, label="frames sampled from the clip")
-                seed, model_dir, go = run_controls("vid", ENTRY, "run")
+                seed, reps, model_dir, go = run_controls("vid", ENTRY, "run")
             with gr.Column():
                 outputs = token_tab_outputs("vid")
         load.click(user_errors(example_clip), index, [video, truth], api_name="video_example")
-        verifier.change(show_verifier_params, verifier, params)
-
-        wire(go, run, [video, prompt, drafter, verifier, params, k, temperature, seed, max_new, frames, model_dir],
-                 outputs, "video")  # fmt: skip
+        wire(go, run, [video, *controls, seed, max_new, frames, model_dir, reps], outputs, "video")

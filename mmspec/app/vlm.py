@@ -4,7 +4,7 @@ decoding and a speculative method side by side on the same input and seed."""
 from __future__ import annotations
 
 from ..drafters import CompressedVLMDrafter, EagleDrafter, EarlyExitDrafter, ModelDrafter, NgramDrafter, STDDrafter
-from .base import (APP_TABS, run_controls, wire, AppTab, accepted_plot, parse_params, round_segments, speed_summary, timed, user_errors,
+from .base import (APP_TABS, run_controls, wire, AppTab, accepted_plot, parse_params, round_segments, speed_summary, timed_pair, user_errors,
                    verifier_choices, verifier_defaults, zoo_models)
 
 ENTRY = "shapes-vlm"
@@ -37,7 +37,7 @@ def example_scene(index: int):
 
 
 def compare(spec, media, prompt: str, drafter: str, verifier: str, verifier_params: str, k: int, temperature: float,
-            seed: int, max_new_tokens: int, step, **prepare) -> tuple:  # fmt: skip
+            seed: int, max_new_tokens: int, reps: int, step, **prepare) -> tuple:  # fmt: skip
     """Plain decoding (the target's own ``generate``) and ``spec`` on one (media, prompt), same seed: -> (plain text,
     speculative text coloured by round, summary markdown, accepted-per-round figure). Shared by the image and the
     video tab."""
@@ -50,14 +50,19 @@ def compare(spec, media, prompt: str, drafter: str, verifier: str, verifier_para
     params = parse_params(verifier_params, "verifier parameters")
     target, tok = spec.target, spec.processor.tokenizer
     enc = spec.prepare(media, prompt.strip(), **prepare)
-    step(0.2, desc="plain decoding")
-    torch.manual_seed(int(seed))
-    plain = timed(target.generate, **enc, do_sample=temperature > 0, temperature=float(temperature) or None,
-                  max_new_tokens=int(max_new_tokens))  # fmt: skip
+
+    def plain_run():
+        torch.manual_seed(int(seed))  # the same seed on every repetition
+        return target.generate(**enc, do_sample=temperature > 0, temperature=float(temperature) or None,
+                               max_new_tokens=int(max_new_tokens))  # fmt: skip
+
+    def spec_run():
+        return spec.generate(media, prompt.strip(), max_new_tokens=int(max_new_tokens), num_draft_tokens=int(k),
+                             verifier=verifier, verifier_params=params, temperature=float(temperature), seed=int(seed),
+                             **prepare)  # fmt: skip
+
+    plain, out = timed_pair(plain_run, spec_run, reps, step)
     plain_text = tok.decode(plain.value[0, enc["input_ids"].shape[1] :], skip_special_tokens=True).strip()
-    step(0.6, desc="speculative decoding")
-    out = timed(spec.generate, media, prompt.strip(), max_new_tokens=int(max_new_tokens), num_draft_tokens=int(k),
-                verifier=verifier, verifier_params=params, temperature=float(temperature), seed=int(seed), **prepare)  # fmt: skip
     res = out.value
     tokens = [t for t in res.new_tokens[0].tolist() if t != tok.pad_token_id]
     accepted = [r.accepted[0] for r in res.stats.rounds]
@@ -77,7 +82,7 @@ def build_drafter(choices: dict, name: str, models):
 
 @user_errors
 def run(image, prompt: str, drafter: str, verifier: str, verifier_params: str, k: int, temperature: float, seed: int,
-        max_new_tokens: int, model_dir: str = "", progress=None):  # fmt: skip
+        max_new_tokens: int, model_dir: str = "", reps: int = 3, progress=None):  # fmt: skip
     """The VLM tab's button: see :func:`compare`."""
     from ..modalities.vlm import VLMSpeculator
 
@@ -87,7 +92,8 @@ def run(image, prompt: str, drafter: str, verifier: str, verifier_params: str, k
     step(0.05, desc="loading models")
     m = zoo_models(ENTRY, model_dir or None)
     spec = VLMSpeculator(m.target, m.processor, drafter=build_drafter(DRAFTER_CHOICES, drafter, m))
-    return compare(spec, image, prompt, drafter, verifier, verifier_params, k, temperature, seed, max_new_tokens, step)
+    return compare(spec, image, prompt, drafter, verifier, verifier_params, k, temperature, seed, max_new_tokens, reps,
+                   step)  # fmt: skip
 
 
 def show_verifier_params(name: str):
@@ -114,6 +120,32 @@ def token_tab_outputs(prefix: str) -> list:
     ]  # fmt: skip
 
 
+def example_controls(prefix: str, what: str) -> tuple:
+    """An example picker for a token tab: (held-out index, load button, the example's true caption)."""
+    import gradio as gr
+
+    with gr.Row():
+        index = gr.Number(value=0, precision=0, label=f"example {what} (held-out index)", elem_id=f"{prefix}-index")
+        load = gr.Button(f"load example {what}", elem_id=f"{prefix}-load")
+    return index, load, gr.Textbox(label="true caption of the example", interactive=False, elem_id=f"{prefix}-truth")
+
+
+def token_controls(prefix: str, drafters: dict, default_drafter: str) -> list:
+    """A token tab's method inputs: prompt, drafter, verifier (its parameters shown when it has any), draft length,
+    temperature."""
+    import gradio as gr
+
+    prompt = gr.Textbox(value="caption :", label="prompt", elem_id=f"{prefix}-prompt")
+    drafter = gr.Dropdown(list(drafters), value=default_drafter, label="drafter", elem_id=f"{prefix}-drafter")
+    verifier = gr.Dropdown(verifier_choices(), value="greedy", label="verifier", elem_id=f"{prefix}-verifier")
+    params = gr.Textbox(value="", label="verifier parameters (JSON)", visible=False, elem_id=f"{prefix}-params")
+    verifier.change(show_verifier_params, verifier, params)
+    with gr.Row():
+        k = gr.Slider(1, 8, value=5, step=1, label="draft length K", elem_id=f"{prefix}-k")
+        temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="temperature (0 = greedy)")
+    return [prompt, drafter, verifier, params, k, temperature]
+
+
 @APP_TABS.register("vlm")
 class VLMTab(AppTab):
     title = "VLM: image captioning / QA"
@@ -125,22 +157,11 @@ class VLMTab(AppTab):
         with gr.Row():
             with gr.Column():
                 image = gr.Image(type="pil", label="image", elem_id="vlm-image", height=192)
-                with gr.Row():
-                    scene = gr.Number(value=0, precision=0, label="example scene (held-out index)", elem_id="vlm-scene")
-                    load = gr.Button("load example scene", elem_id="vlm-load")
-                truth = gr.Textbox(label="true caption of the example", interactive=False, elem_id="vlm-truth")
-                prompt = gr.Textbox(value="caption :", label="prompt", elem_id="vlm-prompt")
-                drafter = gr.Dropdown(list(DRAFTER_CHOICES), value="small VLM", label="drafter", elem_id="vlm-drafter")
-                verifier = gr.Dropdown(verifier_choices(), value="greedy", label="verifier", elem_id="vlm-verifier")
-                params = gr.Textbox(value="", label="verifier parameters (JSON)", visible=False, elem_id="vlm-params")
-                with gr.Row():
-                    k = gr.Slider(1, 8, value=5, step=1, label="draft length K", elem_id="vlm-k")
-                    temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="temperature (0 = greedy)")
+                scene, load, truth = example_controls("vlm", "scene")
+                controls = token_controls("vlm", DRAFTER_CHOICES, "small VLM")
                 max_new = gr.Slider(4, 64, value=48, step=1, label="max new tokens")
-                seed, model_dir, go = run_controls("vlm", ENTRY, "run")
+                seed, reps, model_dir, go = run_controls("vlm", ENTRY, "run")
             with gr.Column():
                 outputs = token_tab_outputs("vlm")
-        verifier.change(show_verifier_params, verifier, params)
         load.click(user_errors(example_scene), scene, [image, truth], api_name="vlm_example")
-
-        wire(go, run, [image, prompt, drafter, verifier, params, k, temperature, seed, max_new, model_dir], outputs, "vlm")
+        wire(go, run, [image, *controls, seed, max_new, model_dir, reps], outputs, "vlm")
